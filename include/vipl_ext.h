@@ -1,0 +1,79 @@
+/*
+ * vipl_ext.h - sovia extensions to the VIA 1.0 VIPL interface.
+ *
+ * Everything here is optional: a plain VIPL program never needs it. The
+ * extensions give a consumer control over per-VI resources (queue depth,
+ * receive staging, a zero-copy receive arena), statistics and small helpers.
+ * Every provider implements them; where a provider cannot, it answers
+ * VIP_ERROR_NOT_SUPPORTED.
+ */
+#ifndef VIPL_EXT_H
+#define VIPL_EXT_H
+
+#include <vipl.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Per-VI resources, fixed at creation. Zero in a field means the default.
+ *
+ * QueueDepth   descriptors each work queue holds (default 256, rounded up to
+ *              a power of two, at most MaxDescriptorsPerQueue).
+ * StagingBytes receive staging area for receive buffers outside the arena
+ *              (default 256 KiB); a receive posted when the area is full
+ *              fails with VIP_ERROR_RESOURCE.
+ * ArenaBytes   zero-copy receive arena (default 0: none). Receive buffers
+ *              placed inside it are written by the sender directly; see
+ *              VipxViArena.
+ */
+typedef struct {
+    VIP_ULONG QueueDepth;
+    VIP_ULONG StagingBytes;
+    VIP_ULONG ArenaBytes;
+} VIPX_VI_CONFIG;
+
+VIP_RETURN VipxCreateVi(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES *ViAttribs,
+                        VIP_CQ_HANDLE SendCQHandle, VIP_CQ_HANDLE RecvCQHandle,
+                        const VIPX_VI_CONFIG *Config, VIP_VI_HANDLE *ViHandle);
+
+/*
+ * The VI's zero-copy receive arena: memory owned by the VI, valid until
+ * VipDestroyVi. Register it (or parts of it) with VipRegisterMem like any
+ * other memory; receive descriptors whose segments all lie inside it are
+ * filled by the peer without an intermediate copy, and regions inside it
+ * registered with EnableRdmaWrite are the VI's RDMA write targets.
+ */
+VIP_RETURN VipxViArena(VIP_VI_HANDLE ViHandle, VIP_PVOID *Base, VIP_ULONG *Length);
+
+typedef struct {
+    VIP_UINT64 SendsPosted;
+    VIP_UINT64 SendsCompleted;
+    VIP_UINT64 RecvsPosted;
+    VIP_UINT64 RecvsCompleted;
+    VIP_UINT64 BytesSent;
+    VIP_UINT64 BytesReceived;
+    VIP_UINT64 RdmaWrites;
+    VIP_UINT64 DroppedNoRecv;   /* unreliable sends dropped: no receive posted */
+    VIP_UINT64 StagedRecvs;     /* receives that went through the staging area */
+    VIP_UINT64 PeerProtocolErrors; /* invalid values read from the peer */
+} VIPX_VI_STATS;
+
+VIP_RETURN VipxQueryViStats(VIP_VI_HANDLE ViHandle, VIPX_VI_STATS *Stats);
+
+/* A static string naming a VIP_RETURN code ("VIP_SUCCESS", ...). */
+const char *VipxReturnString(VIP_RETURN Code);
+
+/*
+ * Builds a VIP_NET_ADDRESS from a host address and a discriminator in
+ * malloc'd memory (free() it). Returns NULL on bad lengths or no memory.
+ */
+VIP_NET_ADDRESS *VipxAllocNetAddress(const void *HostAddress, VIP_UINT16 HostAddressLen,
+                                     const void *Discriminator, VIP_UINT16 DiscriminatorLen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VIPL_EXT_H */
