@@ -1,0 +1,242 @@
+/*
+ * shm.h - the same-host shared-memory provider's private state.
+ *
+ * The sending process plays the NIC: VipPostSend validates the peer's posted
+ * receive slot, copies the data into the peer's memory and writes the
+ * completion, all with plain memory operations. See shm_layout.h for the
+ * shared layout and docs/ARCHITECTURE.md for the whole path.
+ */
+#ifndef SHM_H
+#define SHM_H
+
+#include <sched.h>
+#include <sys/types.h>
+
+#include "provider.h"
+#include "shm_layout.h"
+
+/* A short spinlock: critical sections are a few hundred nanoseconds and
+ * never block, so a mutex's syscall path would only cost. */
+typedef struct {
+    atomic_bool held;
+} shm_lock_t;
+
+static inline void shm_lock(shm_lock_t *l)
+{
+    unsigned spins = 0;
+    while (atomic_exchange_explicit(&l->held, true, memory_order_acquire)) {
+        while (atomic_load_explicit(&l->held, memory_order_relaxed)) {
+            if (++spins > 200)
+                sched_yield();
+            else
+                __builtin_ia32_pause();
+        }
+    }
+}
+
+static inline void shm_unlock(shm_lock_t *l)
+{
+    atomic_store_explicit(&l->held, false, memory_order_release);
+}
+
+/* A futex pair: `armed` counts sleepers, `word` changes to wake them. */
+struct shm_wake {
+    _Atomic uint32_t *armed;
+    _Atomic uint32_t *word;
+    bool shared; /* the word is in shared memory (another process wakes us) */
+};
+
+/* Messages on a VI's connection socket. REQUEST and ACCEPT carry the
+ * sender's four segment fds: ctl, rx, wake-armed page, wake-word page. */
+enum shm_msg_type {
+    SHM_MSG_REQUEST = 1,
+    SHM_MSG_ACCEPT,
+    SHM_MSG_REJECT,
+    SHM_MSG_DISCONNECT,
+    SHM_MSG_BROKEN,
+};
+
+struct shm_msg {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t type;
+    uint16_t reliability;
+    uint16_t rdma_write;
+    uint32_t max_transfer;
+    uint32_t armed_off, word_off; /* offsets of the wake words in fds 2 and 3 */
+    uint16_t host_len, disc_len;  /* the sender's own address */
+    uint8_t addr[16 + VIPL_MAX_DISC];
+};
+
+/* What we map of the connected peer and how we reach it. */
+struct shm_peer {
+    const struct shm_ctl *ctl; /* read-only */
+    size_t ctl_len;
+    struct shm_rx *rx; /* we write data and completions here */
+    size_t rx_len;
+    const _Atomic uint32_t *wake_armed; /* the peer's receive wake-up */
+    _Atomic uint32_t *wake_word;
+    void *armed_map, *word_map;
+    size_t armed_len, word_len;
+    /* The peer's geometry, copied once and validated at connect. */
+    uint32_t depth, mask, reg_slots, data_off, rx_size;
+    uint32_t posted_seen; /* last value read from ctl->live.posted */
+    uint32_t consumed;    /* receive slots used so far */
+    VIP_VI_ATTRIBUTES attrs;
+    int sock;  /* the connection socket, watched by the agent */
+    int pidfd; /* the peer process, watched by the agent */
+    pid_t pid;
+};
+
+/* A receive descriptor as the owner remembers it. */
+struct shm_rq_entry {
+    VIP_DESCRIPTOR *desc;
+    uint32_t sidx;         /* shared index, valid when published */
+    uint32_t local_status; /* nonzero: completes locally with this status */
+    uint32_t total;
+    uint32_t staging_off;   /* rx offset of the reservation */
+    uint32_t staging_bytes; /* bytes reserved, including wrap-around waste */
+    bool published, staged;
+    uint32_t nsge;
+    struct vipl_sge sge[VIPL_MAX_SEGS];
+};
+
+struct shm_cq;
+
+struct shm_vi {
+    struct vipl_vi core; /* first: the core allocates the whole structure */
+
+    /* Our segments. Their addresses never change, even when a reconnect
+     * replaces the memfds behind them (MAP_FIXED). */
+    struct shm_ctl *ctl;
+    struct shm_rx *rx;
+    size_t ctl_len, rx_len;
+    int ctl_fd, rx_fd;
+    uint32_t depth, mask;
+    uint32_t staging_off, staging_len, arena_off, arena_len;
+    uint8_t *arena;
+
+    /* Receive queue (rq_lock). */
+    shm_lock_t rq_lock;
+    struct shm_rq_entry *rq;
+    uint32_t rq_head, rq_published;
+    _Atomic uint32_t rq_tail;
+    uint32_t flush_upto; /* receives below this index complete as flushed */
+    uint64_t staging_alloc, staging_free;
+    uint32_t cq_reported; /* receive completions reported by the CQ (CQ lock) */
+
+    /* Send queue (sq_lock). Sends complete inside VipPostSend. */
+    shm_lock_t sq_lock;
+    VIP_DESCRIPTOR **sq;
+    uint32_t sq_head, sq_tail;
+    _Atomic uint32_t sq_armed, sq_word;
+
+    struct shm_peer *peer; /* NULL unless connected (changes under sq_lock) */
+    VIPX_VI_STATS stats;
+    bool agent_watched;
+};
+
+struct shm_cq {
+    struct vipl_cq core;
+    pthread_mutex_t lock;
+    struct shm_vi **send_ring; /* send completions, in order */
+    uint32_t cap, head, tail;
+    struct shm_vi **rvis; /* VIs whose receive queue feeds this CQ */
+    uint32_t nr, rcap, scan;
+    int armed_fd, word_fd;
+    _Atomic uint32_t *armed, *word;
+};
+
+struct shm_listener {
+    struct shm_listener *next;
+    uint8_t disc[VIPL_MAX_DISC];
+    uint16_t disc_len;
+    int fd;
+};
+
+struct shm_agent;
+
+struct shm_nic {
+    pthread_mutex_t lock; /* listeners */
+    struct shm_listener *listeners;
+    struct shm_agent *agent;
+    size_t page;
+};
+
+static inline struct shm_vi *shm_vi(struct vipl_vi *vi)
+{
+    return (struct shm_vi *)vi;
+}
+
+static inline struct shm_cq *shm_cq(struct vipl_cq *cq)
+{
+    return (struct shm_cq *)cq;
+}
+
+static inline struct shm_nic *shm_nic(struct vipl_nic *nic)
+{
+    return nic->prov_nic;
+}
+
+/* shm_segment.c */
+int shm_memfd(const char *name, size_t len);
+int shm_seal(int fd, bool owner_only);
+void *shm_map_fixed(void *at, int fd, size_t len);
+int shm_vi_segments_create(struct shm_vi *vi);
+void shm_vi_segments_destroy(struct shm_vi *vi);
+int shm_peer_map(struct shm_peer *peer, const int fds[4], uint32_t armed_off,
+                 uint32_t word_off, size_t page);
+void shm_peer_unmap(struct shm_peer *peer);
+
+/* shm_vi.c */
+void shm_vi_export_regs(struct shm_vi *vi);
+bool shm_vi_recv_ready(struct shm_vi *vi, uint32_t idx);
+/* A fatal error on the connection: tell the peer, fail our VI. */
+void shm_vi_break(struct shm_vi *vi, VIP_ERROR_CODE code, VIP_DESCRIPTOR *desc);
+
+/* shm_send.c / shm_recv.c */
+VIP_RETURN shm_post_send(struct vipl_vi *vi, struct vipl_wr *wr);
+VIP_RETURN shm_send_done(struct vipl_vi *vi, VIP_DESCRIPTOR **desc);
+VIP_RETURN shm_post_recv(struct vipl_vi *vi, struct vipl_wr *wr);
+VIP_RETURN shm_recv_done(struct vipl_vi *vi, VIP_DESCRIPTOR **desc);
+void shm_rq_flush_all(struct shm_vi *vi);
+
+/* shm_cq.c */
+VIP_RETURN shm_create_cq(struct vipl_cq *cq);
+void shm_destroy_cq(struct vipl_cq *cq);
+VIP_RETURN shm_resize_cq(struct vipl_cq *cq, VIP_ULONG entries);
+VIP_RETURN shm_cq_done(struct vipl_cq *cq, struct vipl_vi **vi, VIP_BOOLEAN *recvq);
+int shm_cq_attach(struct shm_cq *cq, struct shm_vi *vi);
+void shm_cq_detach(struct shm_cq *cq, struct shm_vi *vi);
+bool shm_cq_push_send(struct shm_cq *cq, struct shm_vi *vi);
+
+/* shm_wake.c */
+struct shm_wake shm_wake_of(void *obj, enum vipl_queue q);
+void shm_wake_peer(struct shm_peer *peer);
+void shm_wake_local(struct shm_wake w);
+uint32_t shm_wait_prepare(void *obj, enum vipl_queue q);
+int shm_wait_sleep(void *obj, enum vipl_queue q, uint32_t token, const struct timespec *dl);
+void shm_wait_finish(void *obj, enum vipl_queue q);
+void shm_wait_wake(void *obj, enum vipl_queue q);
+
+/* shm_conn.c */
+VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
+                            const struct timespec *deadline, VIP_NET_ADDRESS *remote,
+                            struct vipl_conn *conn);
+VIP_RETURN shm_connect_accept(struct vipl_conn *conn, struct vipl_vi *vi);
+void shm_connect_reject(struct vipl_conn *conn);
+VIP_RETURN shm_connect_request(struct vipl_vi *vi, const VIP_NET_ADDRESS *local,
+                               const VIP_NET_ADDRESS *remote, const struct timespec *deadline,
+                               VIP_VI_ATTRIBUTES *rattrs);
+VIP_RETURN shm_disconnect(struct vipl_vi *vi);
+void shm_close_listeners(struct shm_nic *snic);
+/* Best-effort one-message notice to the peer (BROKEN / DISCONNECT). */
+void shm_conn_notify(struct shm_peer *peer, enum shm_msg_type type);
+
+/* shm_agent.c */
+struct shm_agent *shm_agent_start(void);
+void shm_agent_stop(struct shm_agent *agent);
+int shm_agent_watch(struct shm_agent *agent, struct shm_vi *vi);
+void shm_agent_unwatch(struct shm_agent *agent, struct shm_vi *vi);
+
+#endif /* SHM_H */

@@ -1,0 +1,186 @@
+/*
+ * shm_agent.c - the emulated NIC's kernel agent: one thread per NIC that
+ * notices a lost peer (its process exited, it disconnected, it reported a
+ * broken connection, or its socket closed) and moves the VI to ERROR, which
+ * wakes every waiter and flushes the posted receives. It sleeps in
+ * epoll_wait the rest of the time.
+ *
+ * Each watched VI contributes its connection socket and a pidfd of the peer
+ * process (the socket alone misses a death when a forked child still holds
+ * it). Events are taken one at a time and checked against the set of VIs
+ * still watched, under a lock that unwatch also takes, so a VI is never
+ * touched after it was torn down.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "shm.h"
+
+#define PIDFD_TAG 1u
+
+struct shm_agent {
+    pthread_t thread;
+    int epfd, stopfd;
+    pthread_mutex_t lock; /* recursive: the error handler may tear the VI down */
+    struct shm_vi **watched;
+    size_t n, cap;
+};
+
+static bool is_watched(struct shm_agent *a, struct shm_vi *vi)
+{
+    for (size_t i = 0; i < a->n; i++)
+        if (a->watched[i] == vi)
+            return true;
+    return false;
+}
+
+/* Reads what the peer sent; true when the connection is gone. */
+static bool socket_says_lost(int sock, uint32_t events)
+{
+    if (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))
+        return true;
+    for (;;) {
+        struct shm_msg m;
+        char cbuf[CMSG_SPACE(sizeof(int) * 8)];
+        struct iovec iov = {&m, sizeof(m)};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                            .msg_controllen = sizeof(cbuf)};
+        ssize_t n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0)
+            return errno != EAGAIN && errno != EINTR;
+        if (n == 0)
+            return true;
+        /* Nothing is expected with descriptors now: drop any. */
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+                for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++)
+                    close(((int *)CMSG_DATA(c))[i]);
+        if (n == (ssize_t)sizeof(m) && m.magic == SHM_MAGIC &&
+            (m.type == SHM_MSG_DISCONNECT || m.type == SHM_MSG_BROKEN))
+            return true;
+    }
+}
+
+static void unwatch_locked(struct shm_agent *a, struct shm_vi *vi)
+{
+    for (size_t i = 0; i < a->n; i++)
+        if (a->watched[i] == vi) {
+            a->watched[i] = a->watched[--a->n];
+            break;
+        }
+    if (vi->peer) {
+        epoll_ctl(a->epfd, EPOLL_CTL_DEL, vi->peer->sock, NULL);
+        if (vi->peer->pidfd >= 0)
+            epoll_ctl(a->epfd, EPOLL_CTL_DEL, vi->peer->pidfd, NULL);
+    }
+    vi->agent_watched = false;
+}
+
+static void *agent_thread(void *arg)
+{
+    struct shm_agent *a = arg;
+    for (;;) {
+        struct epoll_event ev;
+        int n = epoll_wait(a->epfd, &ev, 1, -1);
+        if (n <= 0)
+            continue;
+        if (ev.data.u64 == 0)
+            return NULL; /* stop request */
+        struct shm_vi *vi = (struct shm_vi *)(uintptr_t)(ev.data.u64 & ~(uint64_t)PIDFD_TAG);
+        bool pid = ev.data.u64 & PIDFD_TAG;
+        pthread_mutex_lock(&a->lock);
+        if (is_watched(a, vi) && vi->peer &&
+            (pid || socket_says_lost(vi->peer->sock, ev.events))) {
+            unwatch_locked(a, vi);
+            vipl_vi_fail(&vi->core, VIP_ERROR_CONN_LOST, NULL);
+        }
+        pthread_mutex_unlock(&a->lock);
+    }
+}
+
+struct shm_agent *shm_agent_start(void)
+{
+    struct shm_agent *a = calloc(1, sizeof(*a));
+    if (!a)
+        return NULL;
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&a->lock, &ma);
+    pthread_mutexattr_destroy(&ma);
+    a->epfd = epoll_create1(EPOLL_CLOEXEC);
+    a->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
+    if (a->epfd < 0 || a->stopfd < 0 || epoll_ctl(a->epfd, EPOLL_CTL_ADD, a->stopfd, &ev) != 0)
+        goto fail;
+    /* The application's signals must not land on a library thread. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&a->thread, NULL, agent_thread, a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0)
+        return a;
+fail:
+    if (a->epfd >= 0)
+        close(a->epfd);
+    if (a->stopfd >= 0)
+        close(a->stopfd);
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+    return NULL;
+}
+
+void shm_agent_stop(struct shm_agent *a)
+{
+    uint64_t one = 1;
+    if (write(a->stopfd, &one, sizeof(one)) == sizeof(one))
+        pthread_join(a->thread, NULL);
+    close(a->epfd);
+    close(a->stopfd);
+    pthread_mutex_destroy(&a->lock);
+    free(a->watched);
+    free(a);
+}
+
+int shm_agent_watch(struct shm_agent *a, struct shm_vi *vi)
+{
+    pthread_mutex_lock(&a->lock);
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 16;
+        struct shm_vi **w = realloc(a->watched, cap * sizeof(*w));
+        if (!w) {
+            pthread_mutex_unlock(&a->lock);
+            return -1;
+        }
+        a->watched = w;
+        a->cap = cap;
+    }
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = (uintptr_t)vi};
+    int rc = epoll_ctl(a->epfd, EPOLL_CTL_ADD, vi->peer->sock, &ev);
+    if (rc == 0 && vi->peer->pidfd >= 0) {
+        struct epoll_event pev = {.events = EPOLLIN, .data.u64 = (uintptr_t)vi | PIDFD_TAG};
+        rc = epoll_ctl(a->epfd, EPOLL_CTL_ADD, vi->peer->pidfd, &pev);
+        if (rc != 0)
+            epoll_ctl(a->epfd, EPOLL_CTL_DEL, vi->peer->sock, NULL);
+    }
+    if (rc == 0) {
+        a->watched[a->n++] = vi;
+        vi->agent_watched = true;
+    }
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+void shm_agent_unwatch(struct shm_agent *a, struct shm_vi *vi)
+{
+    pthread_mutex_lock(&a->lock);
+    if (vi->agent_watched)
+        unwatch_locked(a, vi);
+    pthread_mutex_unlock(&a->lock);
+}

@@ -1,0 +1,438 @@
+/*
+ * shm_conn.c - connection management over Unix sockets.
+ *
+ * A discriminator maps to an abstract-namespace SOCK_SEQPACKET socket named
+ * "sovia-vipl.<euid>.<discriminator bytes>": nothing is ever created in the
+ * file system, so nothing can be left behind, whatever way a process dies.
+ * Abstract sockets have no file permissions, so every connection's peer
+ * credentials (SO_PEERCRED) are checked on both sides and a peer of another
+ * user is dropped before a byte or a descriptor is exchanged.
+ *
+ * The request carries the client's segment fds, the accept the server's.
+ * The socket then stays open for the life of the connection: the agent
+ * thread reads DISCONNECT/BROKEN notices and end-of-file from it.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "shm.h"
+
+/* A request accepted by VipConnectWait, waiting for Accept or Reject. */
+struct shm_pending {
+    int sock;
+    int fds[4];
+    struct shm_msg msg;
+    pid_t pid;
+};
+
+static socklen_t sock_name(struct sockaddr_un *sun, const uint8_t *disc, uint16_t len)
+{
+    memset(sun, 0, sizeof(*sun));
+    sun->sun_family = AF_UNIX;
+    int n = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "sovia-vipl.%u.",
+                     (unsigned)geteuid());
+    memcpy(sun->sun_path + 1 + n, disc, len);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n + len);
+}
+
+static const uint8_t *disc_of(const VIP_NET_ADDRESS *a)
+{
+    return a->HostAddress + a->HostAddressLen;
+}
+
+/* Only this host is reachable: loopback, or an address we can bind. */
+static bool host_is_local(const VIP_NET_ADDRESS *a)
+{
+    if (a->HostAddressLen == 0)
+        return true;
+    if (a->HostAddressLen != VIPL_HOST_ADDR_LEN)
+        return false;
+    if (a->HostAddress[0] == 127)
+        return true;
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    memcpy(&sin.sin_addr, a->HostAddress, VIPL_HOST_ADDR_LEN);
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return false;
+    bool local = bind(s, (struct sockaddr *)&sin, sizeof(sin)) == 0;
+    close(s);
+    return local;
+}
+
+static bool peer_cred(int sock, pid_t *pid)
+{
+    struct ucred cr;
+    socklen_t len = sizeof(cr);
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || cr.uid != geteuid())
+        return false;
+    *pid = cr.pid;
+    return true;
+}
+
+static int send_msg(int sock, const struct shm_msg *m, const int *fds, int nfds)
+{
+    struct iovec iov = {(void *)m, sizeof(*m)};
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 4)];
+        struct cmsghdr align;
+    } u;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (nfds) {
+        mh.msg_control = u.buf;
+        mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+    }
+    return sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(*m) ? 0 : -1;
+}
+
+static void close_fds(int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+/*
+ * Receives one message and up to four fds, waiting until `deadline`.
+ * Returns the number of fds (0..4), -ETIMEDOUT, or -EPROTO for anything
+ * malformed (any fds that came with it are closed).
+ */
+static int recv_msg(int sock, struct shm_msg *m, int fds[4], const struct timespec *deadline)
+{
+    struct pollfd pfd = {.fd = sock, .events = POLLIN};
+    int rc;
+    do
+        rc = poll(&pfd, 1, vipl_ms_left(deadline));
+    while (rc < 0 && errno == EINTR);
+    if (rc == 0)
+        return -ETIMEDOUT;
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 8)];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {m, sizeof(*m)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                        .msg_controllen = sizeof(u.buf)};
+    ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    int got[8], nfds = 0;
+    for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        for (int i = 0; i < k && nfds < 8; i++)
+            memcpy(&got[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    }
+    bool ok = n == (ssize_t)sizeof(*m) && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
+              m->magic == SHM_MAGIC && m->version == SHM_VERSION && nfds <= 4 &&
+              m->host_len <= 16 && m->disc_len <= VIPL_MAX_DISC;
+    if (!ok) {
+        close_fds(got, nfds);
+        return -EPROTO;
+    }
+    memcpy(fds, got, sizeof(int) * (size_t)nfds);
+    return nfds;
+}
+
+/* Our side of a connection: the fds and the address to announce. */
+static void fill_msg(struct shm_vi *vi, enum shm_msg_type type, const VIP_NET_ADDRESS *self,
+                     struct shm_msg *m, int fds[4])
+{
+    *m = (struct shm_msg){
+        .magic = SHM_MAGIC,
+        .version = SHM_VERSION,
+        .type = (uint16_t)type,
+        .reliability = vi->core.attrs.ReliabilityLevel,
+        .rdma_write = vi->core.attrs.EnableRdmaWrite != 0,
+        .max_transfer = (uint32_t)vi->core.attrs.MaxTransferSize,
+    };
+    if (self) {
+        m->host_len = self->HostAddressLen;
+        m->disc_len = self->DiscriminatorLen;
+        memcpy(m->addr, self->HostAddress, (size_t)m->host_len + m->disc_len);
+    }
+    fds[0] = vi->ctl_fd;
+    fds[1] = vi->rx_fd;
+    if (vi->core.recv_cq) {
+        struct shm_cq *cq = shm_cq(vi->core.recv_cq);
+        fds[2] = cq->armed_fd;
+        fds[3] = cq->word_fd;
+    } else {
+        fds[2] = vi->ctl_fd;
+        fds[3] = vi->rx_fd;
+        m->armed_off = (uint32_t)offsetof(struct shm_ctl, live.recv_armed);
+        m->word_off = (uint32_t)offsetof(struct shm_rx, live.wake_seq);
+    }
+}
+
+static VIP_VI_ATTRIBUTES attrs_of(const struct shm_msg *m)
+{
+    return (VIP_VI_ATTRIBUTES){
+        .ReliabilityLevel = m->reliability,
+        .MaxTransferSize = m->max_transfer,
+        .EnableRdmaWrite = m->rdma_write != 0,
+    };
+}
+
+/* Maps the peer described by `m` and its fds and attaches it to `vi`.
+ * Takes ownership of the fds and of `sock`, whatever the outcome. */
+static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fds[4], int sock,
+                              pid_t pid)
+{
+    struct shm_nic *snic = shm_nic(vi->core.nic);
+    struct shm_peer *peer = calloc(1, sizeof(*peer));
+    int rc = peer ? shm_peer_map(peer, fds, m->armed_off, m->word_off, snic->page) : -ENOMEM;
+    close_fds(fds, 4); /* the mappings keep the memory */
+    if (rc != 0) {
+        free(peer);
+        close(sock);
+        return VIP_ERROR_RESOURCE;
+    }
+    peer->attrs = attrs_of(m);
+    peer->sock = sock;
+    peer->pid = pid;
+    peer->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    shm_lock(&vi->sq_lock);
+    vi->peer = peer;
+    shm_unlock(&vi->sq_lock);
+    atomic_store(&vi->core.state, VIP_STATE_CONNECTED);
+    if (shm_agent_watch(snic->agent, vi) != 0) {
+        shm_disconnect(&vi->core);
+        return VIP_ERROR_RESOURCE;
+    }
+    return VIP_SUCCESS;
+}
+
+static int listener_fd(struct shm_nic *snic, const VIP_NET_ADDRESS *local)
+{
+    const uint8_t *disc = disc_of(local);
+    pthread_mutex_lock(&snic->lock);
+    for (struct shm_listener *l = snic->listeners; l; l = l->next)
+        if (l->disc_len == local->DiscriminatorLen && !memcmp(l->disc, disc, l->disc_len)) {
+            pthread_mutex_unlock(&snic->lock);
+            return l->fd;
+        }
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    struct sockaddr_un sun;
+    socklen_t len = sock_name(&sun, disc, local->DiscriminatorLen);
+    struct shm_listener *l = calloc(1, sizeof(*l));
+    if (fd < 0 || !l || bind(fd, (struct sockaddr *)&sun, len) != 0 || listen(fd, SOMAXCONN)) {
+        int err = fd < 0 || !l ? -ENOMEM : -errno;
+        if (fd >= 0)
+            close(fd);
+        free(l);
+        pthread_mutex_unlock(&snic->lock);
+        return err;
+    }
+    memcpy(l->disc, disc, local->DiscriminatorLen);
+    l->disc_len = local->DiscriminatorLen;
+    l->fd = fd;
+    l->next = snic->listeners;
+    snic->listeners = l;
+    pthread_mutex_unlock(&snic->lock);
+    return fd;
+}
+
+void shm_close_listeners(struct shm_nic *snic)
+{
+    pthread_mutex_lock(&snic->lock);
+    while (snic->listeners) {
+        struct shm_listener *l = snic->listeners;
+        snic->listeners = l->next;
+        close(l->fd);
+        free(l);
+    }
+    pthread_mutex_unlock(&snic->lock);
+}
+
+/* A request must name a well-formed client address. */
+static bool request_ok(const struct shm_msg *m, int nfds)
+{
+    return m->type == SHM_MSG_REQUEST && nfds == 4 && m->disc_len >= 1 &&
+           (m->reliability == VIP_SERVICE_UNRELIABLE ||
+            m->reliability == VIP_SERVICE_RELIABLE_DELIVERY ||
+            m->reliability == VIP_SERVICE_RELIABLE_RECEPTION);
+}
+
+VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
+                            const struct timespec *deadline, VIP_NET_ADDRESS *remote,
+                            struct vipl_conn *conn)
+{
+    if (!host_is_local(local))
+        return VIP_INVALID_PARAMETER;
+    int lfd = listener_fd(shm_nic(nic), local);
+    if (lfd == -EADDRINUSE)
+        return VIP_ERROR_RESOURCE; /* another process listens on it */
+    if (lfd < 0)
+        return VIP_ERROR_RESOURCE;
+    for (;;) {
+        struct pollfd pfd = {.fd = lfd, .events = POLLIN};
+        int rc = poll(&pfd, 1, vipl_ms_left(deadline));
+        if (rc == 0)
+            return VIP_TIMEOUT;
+        if (rc < 0)
+            continue; /* EINTR */
+        int s = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        pid_t pid;
+        if (s < 0)
+            continue; /* another waiter took it */
+        if (!peer_cred(s, &pid)) {
+            close(s);
+            continue;
+        }
+        struct shm_pending *pc = calloc(1, sizeof(*pc));
+        struct timespec brief;
+        int n = pc ? recv_msg(s, &pc->msg, pc->fds, vipl_deadline(2000, &brief)) : -ENOMEM;
+        if (n < 0 || !request_ok(&pc->msg, n)) {
+            if (n > 0)
+                close_fds(pc->fds, n);
+            free(pc);
+            close(s);
+            continue;
+        }
+        pc->sock = s;
+        pc->pid = pid;
+        remote->HostAddressLen = pc->msg.host_len;
+        remote->DiscriminatorLen = pc->msg.disc_len;
+        memcpy(remote->HostAddress, pc->msg.addr, (size_t)pc->msg.host_len + pc->msg.disc_len);
+        conn->remote_attrs = attrs_of(&pc->msg);
+        conn->prov_conn = pc;
+        return VIP_SUCCESS;
+    }
+}
+
+static void pending_free(struct shm_pending *pc, bool close_sock)
+{
+    close_fds(pc->fds, 4);
+    if (close_sock)
+        close(pc->sock);
+    free(pc);
+}
+
+VIP_RETURN shm_connect_accept(struct vipl_conn *conn, struct vipl_vi *cvi)
+{
+    struct shm_vi *vi = shm_vi(cvi);
+    struct shm_pending *pc = conn->prov_conn;
+    struct shm_msg reply;
+    int ours[4];
+    fill_msg(vi, SHM_MSG_ACCEPT, NULL, &reply, ours);
+    if (send_msg(pc->sock, &reply, ours, 4) != 0) {
+        pending_free(pc, true);
+        return VIP_ERROR_RESOURCE; /* the requester is gone */
+    }
+    VIP_RETURN r = attach_peer(vi, &pc->msg, pc->fds, pc->sock, pc->pid);
+    free(pc); /* attach_peer owns the fds and the socket now */
+    return r;
+}
+
+void shm_connect_reject(struct vipl_conn *conn)
+{
+    struct shm_pending *pc = conn->prov_conn;
+    struct shm_msg rej = {.magic = SHM_MAGIC, .version = SHM_VERSION, .type = SHM_MSG_REJECT};
+    send_msg(pc->sock, &rej, NULL, 0);
+    pending_free(pc, true);
+}
+
+/* Connects to the listener; -ECONNREFUSED if nobody listens. */
+static int dial(const VIP_NET_ADDRESS *remote, const struct timespec *deadline)
+{
+    struct sockaddr_un sun;
+    socklen_t len = sock_name(&sun, disc_of(remote), remote->DiscriminatorLen);
+    for (;;) {
+        int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (s < 0)
+            return -errno;
+        if (connect(s, (struct sockaddr *)&sun, len) == 0)
+            return s;
+        int err = errno;
+        close(s);
+        if (err != EAGAIN) /* EAGAIN: the listener's backlog is full */
+            return err == ENOENT ? -ECONNREFUSED : -err;
+        if (vipl_ms_left(deadline) == 0)
+            return -ETIMEDOUT;
+        usleep(1000);
+    }
+}
+
+VIP_RETURN shm_connect_request(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local,
+                               const VIP_NET_ADDRESS *remote, const struct timespec *deadline,
+                               VIP_VI_ATTRIBUTES *rattrs)
+{
+    struct shm_vi *vi = shm_vi(cvi);
+    if (!host_is_local(remote))
+        return VIP_NOT_REACHABLE;
+    int s = dial(remote, deadline);
+    if (s == -ETIMEDOUT)
+        return VIP_TIMEOUT;
+    if (s < 0)
+        return s == -ECONNREFUSED ? VIP_NO_MATCH : VIP_ERROR_RESOURCE;
+    pid_t pid;
+    struct shm_msg m;
+    int fds[4];
+    fill_msg(vi, SHM_MSG_REQUEST, local, &m, fds);
+    if (!peer_cred(s, &pid) || send_msg(s, &m, fds, 4) != 0) {
+        close(s);
+        return VIP_NO_MATCH;
+    }
+    int n = recv_msg(s, &m, fds, deadline);
+    if (n == 4 && m.type == SHM_MSG_ACCEPT) {
+        VIP_RETURN r = attach_peer(vi, &m, fds, s, pid);
+        if (r == VIP_SUCCESS)
+            *rattrs = attrs_of(&m);
+        return r;
+    }
+    if (n > 0)
+        close_fds(fds, n);
+    close(s);
+    if (n == -ETIMEDOUT)
+        return VIP_TIMEOUT;
+    return n >= 0 && m.type == SHM_MSG_REJECT ? VIP_REJECT : VIP_ERROR_RESOURCE;
+}
+
+void shm_conn_notify(struct shm_peer *peer, enum shm_msg_type type)
+{
+    struct shm_msg m = {.magic = SHM_MAGIC, .version = SHM_VERSION, .type = (uint16_t)type};
+    send_msg(peer->sock, &m, NULL, 0);
+}
+
+VIP_RETURN shm_disconnect(struct vipl_vi *cvi)
+{
+    struct shm_vi *vi = shm_vi(cvi);
+    struct shm_nic *snic = shm_nic(cvi->nic);
+    shm_agent_unwatch(snic->agent, vi);
+    shm_lock(&vi->sq_lock);
+    struct shm_peer *peer = vi->peer;
+    vi->peer = NULL;
+    shm_unlock(&vi->sq_lock);
+    if (peer) {
+        shm_conn_notify(peer, SHM_MSG_DISCONNECT);
+        close(peer->sock);
+        if (peer->pidfd >= 0)
+            close(peer->pidfd);
+        shm_peer_unmap(peer);
+        free(peer);
+    }
+    /* Fresh segments: whatever the old peer still maps is no longer ours. */
+    shm_rq_flush_all(vi);
+    if (shm_vi_segments_create(vi) != 0)
+        return VIP_ERROR_RESOURCE;
+    pthread_mutex_lock(&cvi->nic->lock);
+    shm_vi_export_regs(vi);
+    pthread_mutex_unlock(&cvi->nic->lock);
+    atomic_store(&cvi->state, VIP_STATE_IDLE);
+    shm_wait_wake(vi, VIPL_RECVQ);
+    shm_wait_wake(vi, VIPL_SENDQ);
+    return VIP_SUCCESS;
+}

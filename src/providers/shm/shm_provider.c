@@ -1,0 +1,104 @@
+/* shm_provider.c - the shm provider's ops table and NIC. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shm.h"
+
+VIP_RETURN shm_create_vi(struct vipl_vi *vi, const VIPX_VI_CONFIG *cfg);
+void shm_destroy_vi(struct vipl_vi *vi);
+VIP_RETURN shm_vi_arena(struct vipl_vi *vi, void **base, size_t *len);
+bool shm_queue_empty(struct vipl_vi *vi, enum vipl_queue q);
+void shm_vi_stats(struct vipl_vi *vi, VIPX_VI_STATS *stats);
+void shm_mem_changed(struct vipl_nic *nic);
+
+#define SHM_MAX_TRANSFER (4u << 20)
+
+static const VIP_UINT8 loopback[VIPL_HOST_ADDR_LEN] = {127, 0, 0, 1};
+
+static int shm_open_nic(struct vipl_nic *nic)
+{
+    struct shm_nic *snic = calloc(1, sizeof(*snic));
+    if (!snic)
+        return -1;
+    snic->page = (size_t)sysconf(_SC_PAGESIZE);
+    pthread_mutex_init(&snic->lock, NULL);
+    snic->agent = shm_agent_start();
+    if (!snic->agent) {
+        pthread_mutex_destroy(&snic->lock);
+        free(snic);
+        return -1;
+    }
+    nic->prov_nic = snic;
+    return 0;
+}
+
+static void shm_close_nic(struct vipl_nic *nic)
+{
+    struct shm_nic *snic = shm_nic(nic);
+    shm_close_listeners(snic);
+    shm_agent_stop(snic->agent);
+    pthread_mutex_destroy(&snic->lock);
+    free(snic);
+}
+
+static void shm_query_nic(struct vipl_nic *nic, VIP_NIC_ATTRIBUTES *a)
+{
+    (void)nic;
+    strcpy(a->Name, "shm0");
+    a->HardwareVersion = 1;
+    a->ProviderVersion = SHM_VERSION;
+    a->NicAddressLen = VIPL_HOST_ADDR_LEN;
+    a->LocalNicAddress = loopback;
+    a->ThreadSafe = VIP_TRUE;
+    a->MaxDiscriminatorLen = VIPL_MAX_DISC;
+    a->MaxRegisterBytes = (VIP_ULONG)1 << 40;
+    a->MaxRegisterRegions = VIPL_MR_MAX - 1;
+    a->MaxRegisterBlockBytes = (VIP_ULONG)1 << 40;
+    a->MaxVI = 65536;
+    a->MaxDescriptorsPerQueue = SHM_MAX_DEPTH;
+    a->MaxSegmentsPerDesc = VIPL_MAX_SEGS;
+    a->MaxCQ = 65536;
+    a->MaxCQEntries = 65536;
+    a->MaxTransferSize = SHM_MAX_TRANSFER;
+    a->NativeMTU = SHM_MAX_TRANSFER;
+    a->MaxPtags = 1024;
+    a->ReliabilityLevelSupport = VIP_SERVICE_UNRELIABLE | VIP_SERVICE_RELIABLE_DELIVERY |
+                                 VIP_SERVICE_RELIABLE_RECEPTION;
+    a->RDMAReadSupport = 0;
+}
+
+static const char *const shm_device_names[] = {"shm", "shm0", NULL};
+
+const struct vipl_provider vipl_provider_shm = {
+    .name = "shm",
+    .device_names = shm_device_names,
+    .vi_size = sizeof(struct shm_vi),
+    .cq_size = sizeof(struct shm_cq),
+    .open_nic = shm_open_nic,
+    .close_nic = shm_close_nic,
+    .query_nic = shm_query_nic,
+    .mem_changed = shm_mem_changed,
+    .create_vi = shm_create_vi,
+    .destroy_vi = shm_destroy_vi,
+    .vi_arena = shm_vi_arena,
+    .queue_empty = shm_queue_empty,
+    .vi_stats = shm_vi_stats,
+    .post_send = shm_post_send,
+    .post_recv = shm_post_recv,
+    .send_done = shm_send_done,
+    .recv_done = shm_recv_done,
+    .create_cq = shm_create_cq,
+    .destroy_cq = shm_destroy_cq,
+    .resize_cq = shm_resize_cq,
+    .cq_done = shm_cq_done,
+    .wait_prepare = shm_wait_prepare,
+    .wait_sleep = shm_wait_sleep,
+    .wait_finish = shm_wait_finish,
+    .wait_wake = shm_wait_wake,
+    .connect_wait = shm_connect_wait,
+    .connect_accept = shm_connect_accept,
+    .connect_reject = shm_connect_reject,
+    .connect_request = shm_connect_request,
+    .disconnect = shm_disconnect,
+};

@@ -1,0 +1,228 @@
+/*
+ * shm_segment.c - creating, sealing and mapping the memfd segments, and
+ * validating the peer's segments before we touch them.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shm.h"
+
+#define SEALS_COMMON (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+int shm_memfd(const char *name, size_t len)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return -errno;
+    /* Reachable only through our fds anyway; keep the mode tight too. */
+    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)len) != 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    return fd;
+}
+
+int shm_seal(int fd, bool owner_only)
+{
+    int seals = SEALS_COMMON | (owner_only ? F_SEAL_FUTURE_WRITE : 0);
+    return fcntl(fd, F_ADD_SEALS, seals) == 0 ? 0 : -errno;
+}
+
+/* Maps `fd` read-write, at `at` if given (replacing what is there). */
+void *shm_map_fixed(void *at, int fd, size_t len)
+{
+    void *p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0), fd, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static size_t round_up(size_t n, size_t to)
+{
+    return (n + to - 1) & ~(to - 1);
+}
+
+/*
+ * (Re)creates the VI's ctl and rx segments. On a reconnect the new memfds are
+ * mapped over the old addresses, so the arena a consumer registered stays
+ * where it was, while a former peer keeps only the old, orphaned memory.
+ */
+int shm_vi_segments_create(struct shm_vi *vi)
+{
+    size_t page = shm_nic(vi->core.nic)->page;
+    size_t ctl_len = shm_ctl_size(vi->depth, SHM_REG_SLOTS, page);
+    size_t head = sizeof(struct shm_rx) + (size_t)vi->depth * sizeof(struct shm_cmpl);
+    size_t staging_off = round_up(head, SHM_LINE);
+    size_t arena_off = round_up(staging_off + vi->staging_len, page);
+    size_t rx_len = arena_off + round_up(vi->arena_len, page);
+    if (rx_len > SHM_MAX_SEGMENT)
+        return -ENOMEM;
+
+    int ctl_fd = shm_memfd("sovia-vi-ctl", ctl_len);
+    if (ctl_fd < 0)
+        return ctl_fd;
+    int rx_fd = shm_memfd("sovia-vi-rx", rx_len);
+    if (rx_fd < 0) {
+        close(ctl_fd);
+        return rx_fd;
+    }
+    struct shm_ctl *ctl = shm_map_fixed(vi->ctl, ctl_fd, ctl_len);
+    struct shm_rx *rx = ctl ? shm_map_fixed(vi->rx, rx_fd, rx_len) : NULL;
+    if (!ctl || !rx) {
+        if (ctl && !vi->ctl)
+            munmap(ctl, ctl_len);
+        close(ctl_fd);
+        close(rx_fd);
+        return -ENOMEM;
+    }
+    ctl->hdr = (struct shm_ctl_header){
+        .magic = SHM_MAGIC,
+        .version = SHM_VERSION,
+        .depth = vi->depth,
+        .reg_slots = SHM_REG_SLOTS,
+        .rx_size = (uint32_t)rx_len,
+        .data_off = (uint32_t)staging_off,
+        .staging_off = (uint32_t)staging_off,
+        .staging_len = vi->staging_len,
+        .arena_off = (uint32_t)arena_off,
+        .arena_len = vi->arena_len,
+        .max_transfer = (uint32_t)vi->core.attrs.MaxTransferSize,
+    };
+    int err = shm_seal(ctl_fd, true);
+    if (!err)
+        err = shm_seal(rx_fd, false);
+    if (err) {
+        close(ctl_fd);
+        close(rx_fd);
+        return err;
+    }
+    if (vi->ctl_fd >= 0)
+        close(vi->ctl_fd);
+    if (vi->rx_fd >= 0)
+        close(vi->rx_fd);
+    vi->ctl = ctl;
+    vi->rx = rx;
+    vi->ctl_fd = ctl_fd;
+    vi->rx_fd = rx_fd;
+    vi->ctl_len = ctl_len;
+    vi->rx_len = rx_len;
+    vi->staging_off = (uint32_t)staging_off;
+    vi->arena_off = (uint32_t)arena_off;
+    vi->arena = vi->arena_len ? (uint8_t *)rx + arena_off : NULL;
+    return 0;
+}
+
+void shm_vi_segments_destroy(struct shm_vi *vi)
+{
+    if (vi->ctl)
+        munmap(vi->ctl, vi->ctl_len);
+    if (vi->rx)
+        munmap(vi->rx, vi->rx_len);
+    if (vi->ctl_fd >= 0)
+        close(vi->ctl_fd);
+    if (vi->rx_fd >= 0)
+        close(vi->rx_fd);
+    vi->ctl = NULL;
+    vi->rx = NULL;
+    vi->ctl_fd = vi->rx_fd = -1;
+}
+
+/* The size of a peer memfd carrying at least `seals`; 0 if it does not. */
+static size_t sealed_size(int fd, int seals)
+{
+    int have = fcntl(fd, F_GET_SEALS);
+    struct stat st;
+    if (have < 0 || (have & seals) != seals || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_size <= 0 || (uint64_t)st.st_size > SHM_MAX_SEGMENT)
+        return 0;
+    return (size_t)st.st_size;
+}
+
+static bool is_pow2(uint32_t x)
+{
+    return x && !(x & (x - 1));
+}
+
+/* Checks the peer's ctl header against the sizes we actually got. */
+static bool peer_geometry_ok(const struct shm_ctl_header *h, size_t ctl_len, size_t rx_len,
+                             size_t page)
+{
+    if (h->magic != SHM_MAGIC || h->version != SHM_VERSION || !is_pow2(h->depth) ||
+        h->depth > SHM_MAX_DEPTH || h->reg_slots > SHM_REG_SLOTS)
+        return false;
+    if (shm_ctl_size(h->depth, h->reg_slots, page) > ctl_len)
+        return false;
+    size_t cmpl_end = sizeof(struct shm_rx) + (size_t)h->depth * sizeof(struct shm_cmpl);
+    return h->rx_size == rx_len && h->data_off >= cmpl_end && h->data_off <= rx_len;
+}
+
+static void *map_peer(int fd, size_t len, int prot)
+{
+    void *p = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/*
+ * Maps the peer's segments from the fds it sent: ctl read-only, rx and the
+ * wake word read-write, the armed flag read-only. Every size and offset is
+ * checked against what the kernel says the memfds are; returns -EPROTO on
+ * anything inconsistent.
+ */
+int shm_peer_map(struct shm_peer *peer, const int fds[4], uint32_t armed_off, uint32_t word_off,
+                 size_t page)
+{
+    size_t ctl_len = sealed_size(fds[0], SEALS_COMMON | F_SEAL_FUTURE_WRITE);
+    size_t rx_len = sealed_size(fds[1], SEALS_COMMON);
+    size_t armed_len = sealed_size(fds[2], SEALS_COMMON | F_SEAL_FUTURE_WRITE);
+    size_t word_len = sealed_size(fds[3], SEALS_COMMON);
+    if (!ctl_len || !rx_len || !armed_len || !word_len || (armed_off & 3) || (word_off & 3) ||
+        (size_t)armed_off + 4 > armed_len || (size_t)word_off + 4 > word_len ||
+        ctl_len < sizeof(struct shm_ctl))
+        return -EPROTO;
+
+    *peer = (struct shm_peer){.sock = -1, .pidfd = -1};
+    peer->ctl = map_peer(fds[0], ctl_len, PROT_READ);
+    peer->rx = map_peer(fds[1], rx_len, PROT_READ | PROT_WRITE);
+    peer->armed_map = map_peer(fds[2], armed_len, PROT_READ);
+    peer->word_map = map_peer(fds[3], word_len, PROT_READ | PROT_WRITE);
+    peer->ctl_len = ctl_len;
+    peer->rx_len = rx_len;
+    peer->armed_len = armed_len;
+    peer->word_len = word_len;
+    if (!peer->ctl || !peer->rx || !peer->armed_map || !peer->word_map) {
+        shm_peer_unmap(peer);
+        return -ENOMEM;
+    }
+    /* One copy of the header: the values we validate are the values we use. */
+    struct shm_ctl_header h = peer->ctl->hdr;
+    if (!peer_geometry_ok(&h, ctl_len, rx_len, page)) {
+        shm_peer_unmap(peer);
+        return -EPROTO;
+    }
+    peer->depth = h.depth;
+    peer->mask = h.depth - 1;
+    peer->reg_slots = h.reg_slots;
+    peer->data_off = h.data_off;
+    peer->rx_size = h.rx_size;
+    peer->wake_armed = (const _Atomic uint32_t *)((const char *)peer->armed_map + armed_off);
+    peer->wake_word = (_Atomic uint32_t *)((char *)peer->word_map + word_off);
+    return 0;
+}
+
+void shm_peer_unmap(struct shm_peer *peer)
+{
+    if (peer->ctl)
+        munmap((void *)peer->ctl, peer->ctl_len);
+    if (peer->rx)
+        munmap(peer->rx, peer->rx_len);
+    if (peer->armed_map)
+        munmap(peer->armed_map, peer->armed_len);
+    if (peer->word_map)
+        munmap(peer->word_map, peer->word_len);
+    peer->ctl = NULL;
+    peer->rx = NULL;
+    peer->armed_map = peer->word_map = NULL;
+}

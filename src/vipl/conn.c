@@ -1,0 +1,111 @@
+/* conn.c - the VIA client/server connection model. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+static bool address_ok(const VIP_NET_ADDRESS *a)
+{
+    return a && a->HostAddressLen <= 16 && a->DiscriminatorLen >= 1 &&
+           a->DiscriminatorLen <= VIPL_MAX_DISC;
+}
+
+VIPL_EXPORT VIP_RETURN VipConnectWait(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS *LocalAddr,
+                                      VIP_ULONG Timeout, VIP_NET_ADDRESS *RemoteAddr,
+                                      VIP_VI_ATTRIBUTES *RemoteViAttribs,
+                                      VIP_CONN_HANDLE *ConnHandle)
+{
+    struct vipl_nic *nic = nic_of(NicHandle);
+    if (!nic || !address_ok(LocalAddr) || !RemoteAddr || !ConnHandle)
+        return VIP_INVALID_PARAMETER;
+    struct vipl_conn *conn = calloc(1, sizeof(*conn));
+    if (!conn)
+        return VIP_ERROR_RESOURCE;
+    conn->nic = nic;
+    struct timespec buf;
+    VIP_RETURN r = nic->prov->connect_wait(nic, LocalAddr, vipl_deadline(Timeout, &buf),
+                                           RemoteAddr, conn);
+    if (r != VIP_SUCCESS) {
+        free(conn);
+        return r;
+    }
+    conn->magic = VIPL_CONN_MAGIC;
+    if (RemoteViAttribs)
+        *RemoteViAttribs = conn->remote_attrs;
+    *ConnHandle = conn;
+    return VIP_SUCCESS;
+}
+
+static struct vipl_conn *conn_of(VIP_CONN_HANDLE h)
+{
+    struct vipl_conn *c = h;
+    return c && c->magic == VIPL_CONN_MAGIC ? c : NULL;
+}
+
+static void conn_free(struct vipl_conn *conn)
+{
+    conn->magic = 0;
+    free(conn);
+}
+
+VIPL_EXPORT VIP_RETURN VipConnectAccept(VIP_CONN_HANDLE ConnHandle, VIP_VI_HANDLE ViHandle)
+{
+    struct vipl_conn *conn = conn_of(ConnHandle);
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!conn || !vi || vi->nic != conn->nic)
+        return VIP_INVALID_PARAMETER;
+    if (vipl_vi_state(vi) != VIP_STATE_IDLE)
+        return VIP_INVALID_STATE;
+    if (vi->attrs.ReliabilityLevel != conn->remote_attrs.ReliabilityLevel) {
+        vi->nic->prov->connect_reject(conn);
+        conn_free(conn);
+        return VIP_INVALID_RELIABILITY_LEVEL;
+    }
+    VIP_RETURN r = vi->nic->prov->connect_accept(conn, vi);
+    conn_free(conn); /* the handle is consumed whether or not the accept worked */
+    return r;
+}
+
+VIPL_EXPORT VIP_RETURN VipConnectReject(VIP_CONN_HANDLE ConnHandle)
+{
+    struct vipl_conn *conn = conn_of(ConnHandle);
+    if (!conn)
+        return VIP_INVALID_PARAMETER;
+    conn->nic->prov->connect_reject(conn);
+    conn_free(conn);
+    return VIP_SUCCESS;
+}
+
+VIPL_EXPORT VIP_RETURN VipConnectRequest(VIP_VI_HANDLE ViHandle, VIP_NET_ADDRESS *LocalAddr,
+                                         VIP_NET_ADDRESS *RemoteAddr, VIP_ULONG Timeout,
+                                         VIP_VI_ATTRIBUTES *RemoteViAttribs)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi || !address_ok(LocalAddr) || !address_ok(RemoteAddr))
+        return VIP_INVALID_PARAMETER;
+    int idle = VIP_STATE_IDLE;
+    if (!atomic_compare_exchange_strong(&vi->state, &idle, VIP_STATE_CONNECT_PENDING))
+        return VIP_INVALID_STATE;
+    VIP_VI_ATTRIBUTES rattrs;
+    struct timespec buf;
+    VIP_RETURN r = vi->nic->prov->connect_request(vi, LocalAddr, RemoteAddr,
+                                                  vipl_deadline(Timeout, &buf), &rattrs);
+    if (r != VIP_SUCCESS) {
+        atomic_store(&vi->state, VIP_STATE_IDLE);
+        return r;
+    }
+    if (RemoteViAttribs)
+        *RemoteViAttribs = rattrs;
+    return VIP_SUCCESS;
+}
+
+VIPL_EXPORT VIP_RETURN VipDisconnect(VIP_VI_HANDLE ViHandle)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi)
+        return VIP_INVALID_PARAMETER;
+    int state = vipl_vi_state(vi);
+    if (state != VIP_STATE_CONNECTED && state != VIP_STATE_ERROR)
+        return VIP_INVALID_STATE;
+    return vi->nic->prov->disconnect(vi);
+}

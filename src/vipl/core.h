@@ -1,0 +1,61 @@
+/*
+ * core.h - helpers shared by the vipl core's files (not seen by providers).
+ */
+#ifndef VIPL_CORE_H
+#define VIPL_CORE_H
+
+#include "provider.h"
+
+static inline struct vipl_nic *nic_of(VIP_NIC_HANDLE h)
+{
+    struct vipl_nic *nic = h;
+    return nic && nic->magic == VIPL_NIC_MAGIC ? nic : NULL;
+}
+
+static inline struct vipl_vi *vi_of(VIP_VI_HANDLE h)
+{
+    struct vipl_vi *vi = h;
+    return vi && vi->magic == VIPL_VI_MAGIC ? vi : NULL;
+}
+
+static inline struct vipl_cq *cq_of(VIP_CQ_HANDLE h)
+{
+    struct vipl_cq *cq = h;
+    return cq && cq->magic == VIPL_CQ_MAGIC ? cq : NULL;
+}
+
+static inline struct vipl_ptag *ptag_of(struct vipl_nic *nic, VIP_PROTECTION_HANDLE h)
+{
+    struct vipl_ptag *tag = h;
+    return tag && tag->magic == VIPL_PTAG_MAGIC && tag->nic == nic ? tag : NULL;
+}
+
+/* mem.c */
+int vipl_mr_table_init(struct vipl_nic *nic);
+void vipl_mr_table_fini(struct vipl_nic *nic);
+/* The region behind `h`, or NULL for an unknown or stale handle. */
+struct vipl_mr *vipl_mr_lookup(struct vipl_nic *nic, VIP_MEM_HANDLE h);
+bool vipl_mr_covers(const struct vipl_mr *mr, const void *addr, uint64_t len);
+
+/* post.c */
+void vipl_decode_desc(struct vipl_vi *vi, VIP_DESCRIPTOR *desc, VIP_MEM_HANDLE memh,
+                      bool recv, struct vipl_wr *wr);
+
+/* wait.c: the blocking loop shared by VipSendWait, VipRecvWait, VipCQWait. */
+typedef VIP_RETURN (*vipl_poll_fn)(void *obj, void *out1, void *out2);
+VIP_RETURN vipl_wait(void *obj, enum vipl_queue q, VIP_ULONG timeout_ms, vipl_poll_fn poll,
+                     void *out1, void *out2);
+VIP_RETURN vipl_poll_send(void *obj, void *out1, void *out2);
+VIP_RETURN vipl_poll_recv(void *obj, void *out1, void *out2);
+VIP_RETURN vipl_poll_cq(void *obj, void *out1, void *out2);
+
+/* notify.c */
+enum vipl_notify_kind { VIPL_NOTIFY_WQ, VIPL_NOTIFY_CQ };
+VIP_RETURN vipl_notify_arm(struct vipl_notify **slot, void *obj, enum vipl_queue q,
+                           void *context, void *handler);
+void vipl_notify_destroy(struct vipl_notify **slot, void *obj, enum vipl_queue q);
+
+/* nic.c */
+const struct vipl_provider *vipl_find_provider(const char *device);
+
+#endif /* VIPL_CORE_H */

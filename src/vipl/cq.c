@@ -1,0 +1,83 @@
+/* cq.c - completion queues. */
+#include <stdlib.h>
+
+#include "core.h"
+
+#define CQ_MAX_ENTRIES 65536
+
+VIPL_EXPORT VIP_RETURN VipCreateCQ(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCount,
+                                   VIP_CQ_HANDLE *CQHandle)
+{
+    struct vipl_nic *nic = nic_of(NicHandle);
+    if (!nic || !CQHandle || EntryCount == 0 || EntryCount > CQ_MAX_ENTRIES)
+        return VIP_INVALID_PARAMETER;
+    struct vipl_cq *cq = calloc(1, nic->prov->cq_size);
+    if (!cq)
+        return VIP_ERROR_RESOURCE;
+    cq->nic = nic;
+    cq->entries = EntryCount;
+    VIP_RETURN r = nic->prov->create_cq(cq);
+    if (r != VIP_SUCCESS) {
+        free(cq);
+        return r;
+    }
+    cq->magic = VIPL_CQ_MAGIC;
+    pthread_mutex_lock(&nic->lock);
+    nic->n_cqs++;
+    pthread_mutex_unlock(&nic->lock);
+    *CQHandle = cq;
+    return VIP_SUCCESS;
+}
+
+VIPL_EXPORT VIP_RETURN VipDestroyCQ(VIP_CQ_HANDLE CQHandle)
+{
+    struct vipl_cq *cq = cq_of(CQHandle);
+    if (!cq)
+        return VIP_INVALID_PARAMETER;
+    if (atomic_load(&cq->attached) != 0)
+        return VIP_INVALID_STATE;
+    vipl_notify_destroy(&cq->notify, cq, VIPL_CQ);
+    struct vipl_nic *nic = cq->nic;
+    nic->prov->destroy_cq(cq);
+    pthread_mutex_lock(&nic->lock);
+    nic->n_cqs--;
+    pthread_mutex_unlock(&nic->lock);
+    cq->magic = 0;
+    free(cq);
+    return VIP_SUCCESS;
+}
+
+VIPL_EXPORT VIP_RETURN VipResizeCQ(VIP_CQ_HANDLE CQHandle, VIP_ULONG EntryCount)
+{
+    struct vipl_cq *cq = cq_of(CQHandle);
+    if (!cq || EntryCount == 0 || EntryCount > CQ_MAX_ENTRIES)
+        return VIP_INVALID_PARAMETER;
+    return cq->nic->prov->resize_cq(cq, EntryCount);
+}
+
+VIPL_EXPORT VIP_RETURN VipCQDone(VIP_CQ_HANDLE CQHandle, VIP_VI_HANDLE *ViHandle,
+                                 VIP_BOOLEAN *RecvQueue)
+{
+    struct vipl_cq *cq = cq_of(CQHandle);
+    if (!cq || !ViHandle || !RecvQueue)
+        return VIP_INVALID_PARAMETER;
+    return vipl_poll_cq(cq, ViHandle, RecvQueue);
+}
+
+VIPL_EXPORT VIP_RETURN VipCQWait(VIP_CQ_HANDLE CQHandle, VIP_ULONG Timeout,
+                                 VIP_VI_HANDLE *ViHandle, VIP_BOOLEAN *RecvQueue)
+{
+    struct vipl_cq *cq = cq_of(CQHandle);
+    if (!cq || !ViHandle || !RecvQueue)
+        return VIP_INVALID_PARAMETER;
+    return vipl_wait(cq, VIPL_CQ, Timeout, vipl_poll_cq, ViHandle, RecvQueue);
+}
+
+VIPL_EXPORT VIP_RETURN VipCQNotify(VIP_CQ_HANDLE CQHandle, VIP_PVOID Context,
+                                   VIP_CQ_NOTIFY_HANDLER Handler)
+{
+    struct vipl_cq *cq = cq_of(CQHandle);
+    if (!cq || !Handler)
+        return VIP_INVALID_PARAMETER;
+    return vipl_notify_arm(&cq->notify, cq, VIPL_CQ, Context, (void *)Handler);
+}

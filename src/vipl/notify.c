@@ -1,0 +1,192 @@
+/*
+ * notify.c - VipSendNotify, VipRecvNotify, VipCQNotify.
+ *
+ * Each queue with a notify gets one provider thread (created on first use,
+ * as M-VIA did: one notify thread per work queue). It sleeps until a request
+ * is armed, then blocks on the queue like VipRecvWait and calls the handler
+ * with the dequeued completion. Requests are one-shot.
+ */
+#include <signal.h>
+#include <stdlib.h>
+
+#include "core.h"
+
+struct vipl_notify {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    void *obj;
+    enum vipl_queue q;
+    bool pending;
+    atomic_bool stopping;
+    void *context;
+    void *handler;
+};
+
+static const struct vipl_provider *prov_of(const struct vipl_notify *n)
+{
+    return n->q == VIPL_CQ ? ((struct vipl_cq *)n->obj)->nic->prov
+                           : ((struct vipl_vi *)n->obj)->nic->prov;
+}
+
+static VIP_RETURN poll_once(struct vipl_notify *n, void *out1, void *out2)
+{
+    switch (n->q) {
+    case VIPL_SENDQ:
+        return vipl_poll_send(n->obj, out1, out2);
+    case VIPL_RECVQ:
+        return vipl_poll_recv(n->obj, out1, out2);
+    default:
+        return vipl_poll_cq(n->obj, out1, out2);
+    }
+}
+
+/* Blocks until a completion arrives (true) or the notify is being torn down. */
+static bool wait_completion(struct vipl_notify *n, void *out1, void *out2)
+{
+    const struct vipl_provider *prov = prov_of(n);
+    for (;;) {
+        if (poll_once(n, out1, out2) != VIP_NOT_DONE)
+            return true;
+        uint32_t token = prov->wait_prepare(n->obj, n->q);
+        if (poll_once(n, out1, out2) != VIP_NOT_DONE) {
+            prov->wait_finish(n->obj, n->q);
+            return true;
+        }
+        if (atomic_load(&n->stopping)) {
+            prov->wait_finish(n->obj, n->q);
+            return false;
+        }
+        prov->wait_sleep(n->obj, n->q, token, NULL);
+        prov->wait_finish(n->obj, n->q);
+        if (atomic_load(&n->stopping))
+            return false;
+    }
+}
+
+static void call_handler(struct vipl_notify *n, void *context, void *handler, void *out1,
+                         VIP_BOOLEAN recvq)
+{
+    if (n->q == VIPL_CQ) {
+        struct vipl_cq *cq = n->obj;
+        ((VIP_CQ_NOTIFY_HANDLER)handler)(context, cq->nic, out1, recvq);
+    } else {
+        struct vipl_vi *vi = n->obj;
+        ((VIP_WQ_NOTIFY_HANDLER)handler)(context, vi->nic, vi, out1);
+    }
+}
+
+static void *notify_thread(void *arg)
+{
+    struct vipl_notify *n = arg;
+    for (;;) {
+        pthread_mutex_lock(&n->lock);
+        while (!n->pending && !atomic_load(&n->stopping))
+            pthread_cond_wait(&n->cond, &n->lock);
+        pthread_mutex_unlock(&n->lock);
+        if (atomic_load(&n->stopping))
+            return NULL;
+
+        void *out1 = NULL;
+        VIP_BOOLEAN recvq = VIP_FALSE;
+        if (!wait_completion(n, &out1, &recvq))
+            return NULL;
+        pthread_mutex_lock(&n->lock);
+        void *context = n->context, *handler = n->handler;
+        n->pending = false; /* cleared first: the handler may re-arm */
+        pthread_mutex_unlock(&n->lock);
+        call_handler(n, context, handler, out1, recvq);
+    }
+}
+
+static struct vipl_notify *notify_create(void *obj, enum vipl_queue q)
+{
+    struct vipl_notify *n = calloc(1, sizeof(*n));
+    if (!n)
+        return NULL;
+    n->obj = obj;
+    n->q = q;
+    pthread_mutex_init(&n->lock, NULL);
+    pthread_cond_init(&n->cond, NULL);
+    /* The application's signals must not land on a library thread. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&n->thread, NULL, notify_thread, n);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        pthread_mutex_destroy(&n->lock);
+        pthread_cond_destroy(&n->cond);
+        free(n);
+        return NULL;
+    }
+    return n;
+}
+
+VIP_RETURN vipl_notify_arm(struct vipl_notify **slot, void *obj, enum vipl_queue q,
+                           void *context, void *handler)
+{
+    /* Creation is serialised by the NIC lock; arming by the notify's own. */
+    struct vipl_nic *nic = q == VIPL_CQ ? ((struct vipl_cq *)obj)->nic
+                                        : ((struct vipl_vi *)obj)->nic;
+    pthread_mutex_lock(&nic->lock);
+    if (!*slot)
+        *slot = notify_create(obj, q);
+    struct vipl_notify *n = *slot;
+    pthread_mutex_unlock(&nic->lock);
+    if (!n)
+        return VIP_ERROR_RESOURCE;
+
+    pthread_mutex_lock(&n->lock);
+    if (n->pending) {
+        pthread_mutex_unlock(&n->lock);
+        return VIP_INVALID_STATE;
+    }
+    n->context = context;
+    n->handler = handler;
+    n->pending = true;
+    pthread_cond_signal(&n->cond);
+    pthread_mutex_unlock(&n->lock);
+    return VIP_SUCCESS;
+}
+
+void vipl_notify_destroy(struct vipl_notify **slot, void *obj, enum vipl_queue q)
+{
+    struct vipl_notify *n = *slot;
+    if (!n)
+        return;
+    pthread_mutex_lock(&n->lock);
+    atomic_store(&n->stopping, true);
+    pthread_cond_signal(&n->cond);
+    pthread_mutex_unlock(&n->lock);
+    prov_of(n)->wait_wake(obj, q);
+    *slot = NULL;
+    if (pthread_equal(pthread_self(), n->thread)) {
+        /* Torn down from its own handler: the thread still needs `n` to
+         * notice it must stop, so it is left to exit on its own. */
+        pthread_detach(n->thread);
+        return;
+    }
+    pthread_join(n->thread, NULL);
+    pthread_mutex_destroy(&n->lock);
+    pthread_cond_destroy(&n->cond);
+    free(n);
+}
+
+VIPL_EXPORT VIP_RETURN VipSendNotify(VIP_VI_HANDLE ViHandle, VIP_PVOID Context,
+                                     VIP_WQ_NOTIFY_HANDLER Handler)
+{
+    struct vipl_vi *vi = ViHandle;
+    if (!vi || vi->magic != VIPL_VI_MAGIC || !Handler)
+        return VIP_INVALID_PARAMETER;
+    return vipl_notify_arm(&vi->send_notify, vi, VIPL_SENDQ, Context, (void *)Handler);
+}
+
+VIPL_EXPORT VIP_RETURN VipRecvNotify(VIP_VI_HANDLE ViHandle, VIP_PVOID Context,
+                                     VIP_WQ_NOTIFY_HANDLER Handler)
+{
+    struct vipl_vi *vi = ViHandle;
+    if (!vi || vi->magic != VIPL_VI_MAGIC || !Handler)
+        return VIP_INVALID_PARAMETER;
+    return vipl_notify_arm(&vi->recv_notify, vi, VIPL_RECVQ, Context, (void *)Handler);
+}

@@ -1,0 +1,214 @@
+/*
+ * provider.h - the interface between the vipl core and its providers.
+ *
+ * The core owns handles, argument checking, protection tags, the memory
+ * registration table, descriptor decoding, blocking waits, notify threads,
+ * the name service and error reporting. A provider owns data movement,
+ * completion and connection management, behind `struct vipl_provider`.
+ *
+ * Providers embed the core objects as the first member of their own VI and
+ * CQ structures (the core allocates `vi_size` / `cq_size` bytes), so the data
+ * path reaches provider state without a pointer chase.
+ */
+#ifndef VIPL_PROVIDER_H
+#define VIPL_PROVIDER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <vipl.h>
+#include <vipl_ext.h>
+
+#define VIPL_EXPORT __attribute__((visibility("default")))
+
+#define VIPL_MAX_SEGS 16
+#define VIPL_MAX_DISC 64
+#define VIPL_HOST_ADDR_LEN 4
+
+enum vipl_magic {
+    VIPL_NIC_MAGIC = 0x4e49430a,
+    VIPL_VI_MAGIC = 0x5649560a,
+    VIPL_CQ_MAGIC = 0x4351510a,
+    VIPL_PTAG_MAGIC = 0x5054470a,
+    VIPL_CONN_MAGIC = 0x434f4e0a,
+};
+
+struct vipl_nic;
+struct vipl_notify;
+
+struct vipl_ptag {
+    uint32_t magic;
+    struct vipl_nic *nic;
+    atomic_uint users; /* VIs and memory regions holding the tag */
+};
+
+/* One registered memory region. Handles are index | generation << 20. */
+struct vipl_mr {
+    _Atomic uint32_t handle; /* 0 while the slot is free */
+    uintptr_t base;
+    size_t len;
+    struct vipl_ptag *ptag;
+    bool rdma_write;
+};
+
+#define VIPL_MR_INDEX_BITS 20
+#define VIPL_MR_MAX (1u << 16)
+
+struct vipl_nic {
+    uint32_t magic;
+    const struct vipl_provider *prov;
+    pthread_mutex_t lock; /* object lists and the registration table's free list */
+    struct vipl_mr *mrs;  /* VIPL_MR_MAX slots, lookups are lock-free */
+    uint32_t mr_next;     /* next never-used slot */
+    uint32_t *mr_free;    /* stack of freed slots */
+    uint32_t mr_nfree;
+    uint32_t mr_gen;
+    VIP_ERROR_HANDLER err_handler;
+    VIP_PVOID err_context;
+    atomic_ulong errors_reported;
+    unsigned n_vis, n_cqs, n_ptags;
+    struct vipl_vi *vis; /* list of VIs, linked through vipl_vi.next */
+    void *prov_nic;      /* provider state */
+};
+
+struct vipl_cq {
+    uint32_t magic;
+    struct vipl_nic *nic;
+    VIP_ULONG entries;
+    atomic_uint attached; /* work queues using this CQ */
+    struct vipl_notify *notify;
+};
+
+struct vipl_vi {
+    uint32_t magic;
+    struct vipl_nic *nic;
+    struct vipl_vi *next;
+    VIP_VI_ATTRIBUTES attrs;
+    struct vipl_ptag *ptag;
+    struct vipl_cq *send_cq, *recv_cq;
+    _Atomic int state; /* VIP_VI_STATE */
+    struct vipl_notify *send_notify, *recv_notify;
+};
+
+/* A local scatter/gather element, already checked against its region. */
+struct vipl_sge {
+    void *addr;
+    uint32_t len;
+    struct vipl_mr *mr;
+};
+
+/* A decoded descriptor. `error` holds VIP_STATUS_* error bits when the
+ * descriptor itself is invalid: the provider then completes it in order with
+ * that status and moves nothing. */
+struct vipl_wr {
+    VIP_DESCRIPTOR *desc;
+    uint32_t op;    /* VIP_CONTROL_OP_* */
+    uint32_t error; /* VIP_STATUS_* error bits, 0 when valid */
+    bool immediate;
+    uint32_t imm;
+    uint64_t total;
+    uint32_t nsge;
+    struct vipl_sge sge[VIPL_MAX_SEGS];
+    uint64_t remote_addr; /* RDMA write target */
+    VIP_MEM_HANDLE remote_handle;
+};
+
+enum vipl_queue { VIPL_SENDQ = 0, VIPL_RECVQ = 1, VIPL_CQ = 2 };
+
+/* Connection request as seen by the accepting side. */
+struct vipl_conn {
+    uint32_t magic;
+    struct vipl_nic *nic;
+    VIP_VI_ATTRIBUTES remote_attrs;
+    void *prov_conn;
+};
+
+struct vipl_provider {
+    const char *name;
+    const char *const *device_names; /* NULL-terminated */
+    size_t vi_size, cq_size;
+
+    int (*open_nic)(struct vipl_nic *nic);
+    void (*close_nic)(struct vipl_nic *nic);
+    void (*query_nic)(struct vipl_nic *nic, VIP_NIC_ATTRIBUTES *attrs);
+
+    /* Registration table changes, for providers that export regions. */
+    void (*mem_changed)(struct vipl_nic *nic);
+
+    VIP_RETURN (*create_vi)(struct vipl_vi *vi, const VIPX_VI_CONFIG *cfg);
+    void (*destroy_vi)(struct vipl_vi *vi);
+    VIP_RETURN (*vi_arena)(struct vipl_vi *vi, void **base, size_t *len);
+    bool (*queue_empty)(struct vipl_vi *vi, enum vipl_queue q);
+    void (*vi_stats)(struct vipl_vi *vi, VIPX_VI_STATS *stats);
+
+    VIP_RETURN (*post_send)(struct vipl_vi *vi, struct vipl_wr *wr);
+    VIP_RETURN (*post_recv)(struct vipl_vi *vi, struct vipl_wr *wr);
+    VIP_RETURN (*send_done)(struct vipl_vi *vi, VIP_DESCRIPTOR **desc);
+    VIP_RETURN (*recv_done)(struct vipl_vi *vi, VIP_DESCRIPTOR **desc);
+
+    VIP_RETURN (*create_cq)(struct vipl_cq *cq);
+    void (*destroy_cq)(struct vipl_cq *cq);
+    VIP_RETURN (*resize_cq)(struct vipl_cq *cq, VIP_ULONG entries);
+    VIP_RETURN (*cq_done)(struct vipl_cq *cq, struct vipl_vi **vi, VIP_BOOLEAN *recvq);
+
+    /*
+     * Blocking: prepare arms the wake-up of queue `q` of `obj` (a vipl_vi or
+     * a vipl_cq) and returns a token; sleep blocks until the token is stale,
+     * the deadline (CLOCK_MONOTONIC, NULL = forever) passes (-ETIMEDOUT) or
+     * wake is called; finish disarms.
+     */
+    uint32_t (*wait_prepare)(void *obj, enum vipl_queue q);
+    int (*wait_sleep)(void *obj, enum vipl_queue q, uint32_t token,
+                      const struct timespec *deadline);
+    void (*wait_finish)(void *obj, enum vipl_queue q);
+    void (*wait_wake)(void *obj, enum vipl_queue q);
+
+    VIP_RETURN (*connect_wait)(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
+                               const struct timespec *deadline, VIP_NET_ADDRESS *remote,
+                               struct vipl_conn *conn);
+    VIP_RETURN (*connect_accept)(struct vipl_conn *conn, struct vipl_vi *vi);
+    void (*connect_reject)(struct vipl_conn *conn);
+    VIP_RETURN (*connect_request)(struct vipl_vi *vi, const VIP_NET_ADDRESS *local,
+                                  const VIP_NET_ADDRESS *remote,
+                                  const struct timespec *deadline, VIP_VI_ATTRIBUTES *rattrs);
+    VIP_RETURN (*disconnect)(struct vipl_vi *vi);
+};
+
+extern const struct vipl_provider *const vipl_providers[];
+
+/* ---- Core services for providers --------------------------------------- */
+
+/* Moves `vi` to ERROR (once) and reports `code` to the error handler. */
+void vipl_vi_fail(struct vipl_vi *vi, VIP_ERROR_CODE code, VIP_DESCRIPTOR *desc);
+void vipl_report_error(struct vipl_nic *nic, struct vipl_vi *vi, struct vipl_cq *cq,
+                       VIP_DESCRIPTOR *desc, VIP_RESOURCE_CODE res, VIP_ERROR_CODE code);
+
+static inline int vipl_vi_state(const struct vipl_vi *vi)
+{
+    return atomic_load_explicit(&vi->state, memory_order_acquire);
+}
+
+static inline bool vipl_vi_reliable(const struct vipl_vi *vi)
+{
+    return vi->attrs.ReliabilityLevel != VIP_SERVICE_UNRELIABLE;
+}
+
+/* Writes a completion into a descriptor; the status word goes last. */
+static inline void vipl_complete_desc(VIP_DESCRIPTOR *d, uint32_t status, uint32_t length,
+                                      uint32_t imm)
+{
+    d->CS.Length = length;
+    d->CS.ImmediateData = imm;
+    __atomic_store_n(&d->CS.Status, status | VIP_STATUS_DONE, __ATOMIC_RELEASE);
+}
+
+/* Absolute CLOCK_MONOTONIC deadline for a VIPL timeout; NULL if infinite. */
+const struct timespec *vipl_deadline(VIP_ULONG timeout_ms, struct timespec *buf);
+/* Milliseconds left until `deadline` (-1: infinite). */
+int vipl_ms_left(const struct timespec *deadline);
+
+#endif /* VIPL_PROVIDER_H */
