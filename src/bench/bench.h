@@ -1,0 +1,51 @@
+/*
+ * bench.h - the measurement engine behind `sovia bench`.
+ *
+ * The CLI fills a bench_params and calls bench_run(); everything else
+ * (transports, processes, timing, output) lives in this library so other
+ * front ends (tests, a future `sovia report`) can drive it too.
+ */
+#ifndef SOVIA_BENCH_H
+#define SOVIA_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exit codes shared by the library and the tool. */
+enum {
+    BENCH_EXIT_OK = 0,
+    BENCH_EXIT_FAIL = 1,        /* the run failed (transport error, peer died) */
+    BENCH_EXIT_USAGE = 2,       /* bad arguments */
+    BENCH_EXIT_UNAVAILABLE = 3, /* the transport cannot run on this machine */
+};
+
+enum bench_mode { BENCH_LAT, BENCH_BW, BENCH_SWEEP };
+
+struct bench_params {
+    enum bench_mode mode;
+    const char *transport;
+    size_t size;     /* lat, bw: message size in bytes */
+    uint64_t iters;  /* lat: round trips; 0 picks the default */
+    double seconds;  /* bw: streaming time */
+    size_t max_size; /* sweep: largest size tried */
+    bool json;       /* one JSON object per line instead of a table */
+};
+
+#define BENCH_DEFAULT_LAT_ITERS 100000u
+#define BENCH_DEFAULT_BW_SECONDS 2.0
+#define BENCH_DEFAULT_MAX_SIZE ((size_t)8 << 20)
+/* Largest --size / --max-size accepted at all (per-transport limits apply too). */
+#define BENCH_SIZE_LIMIT ((size_t)1 << 30)
+
+/* Runs one benchmark and prints its results; returns a BENCH_EXIT_* code. */
+int bench_run(const struct bench_params *p);
+
+/* NULL-terminated list of transport names, and a one-line summary of each. */
+const char *const *bench_transport_names(void);
+const char *bench_transport_summary(const char *name);
+
+/* The default --iters for `lat` at a given size (caps the bytes moved). */
+uint64_t bench_default_lat_iters(size_t size);
+
+#endif /* SOVIA_BENCH_H */

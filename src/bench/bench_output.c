@@ -1,0 +1,66 @@
+/* bench_output.c - results as JSON lines or an aligned table on stdout. */
+#include "bench_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+/* The table header is printed once per process, before the first row. */
+static bool header_done;
+
+void bench_out_lat(const char *transport, const struct bench_lat_sample *s, bool json,
+                   bool with_mbps)
+{
+    /* The median resists the preemption a shared machine adds to the mean. */
+    double mbps = s->p50_us > 0 ? (double)s->size * 8.0 / s->p50_us : 0.0;
+
+    if (json) {
+        printf("{\"transport\":\"%s\",\"size\":%zu,\"iters\":%" PRIu64
+               ",\"one_way_p50_us\":%.6g,\"one_way_mean_us\":%.6g",
+               transport, s->size, s->iters, s->p50_us, s->mean_us);
+        if (with_mbps)
+            printf(",\"mbps\":%.6g", mbps);
+        printf("}\n");
+    } else {
+        if (!header_done) {
+            printf("%-10s %10s %10s %16s %16s", "transport", "size", "iters", "one-way p50 us",
+                   "one-way mean us");
+            printf(with_mbps ? " %12s\n" : "\n", "Mbps");
+            header_done = true;
+        }
+        printf("%-10s %10zu %10" PRIu64 " %16.3f %16.3f", transport, s->size, s->iters,
+               s->p50_us, s->mean_us);
+        if (with_mbps)
+            printf(" %12.2f", mbps);
+        printf("\n");
+    }
+    /* Sweeps run for a while; show each row as soon as it exists. */
+    fflush(stdout);
+}
+
+void bench_out_bw(const char *transport, const struct bench_bw_sample *s, bool json)
+{
+    if (json) {
+        printf("{\"transport\":\"%s\",\"size\":%zu,\"iters\":%" PRIu64
+               ",\"seconds\":%.6g,\"gbps\":%.6g}\n",
+               transport, s->size, s->msgs, s->seconds, s->gbps);
+    } else {
+        if (!header_done) {
+            printf("%-10s %10s %12s %10s %10s\n", "transport", "size", "messages", "seconds",
+                   "Gbps");
+            header_done = true;
+        }
+        printf("%-10s %10zu %12" PRIu64 " %10.3f %10.3f\n", transport, s->size, s->msgs,
+               s->seconds, s->gbps);
+    }
+    fflush(stdout);
+}
+
+void bench_out_unavailable(const char *transport, const char *why, bool json)
+{
+    if (json) {
+        printf("{\"transport\":\"%s\",\"unavailable\":true}\n", transport);
+        fflush(stdout);
+    } else {
+        fprintf(stderr, "%s: unavailable (%s)\n", transport, why);
+    }
+}

@@ -1,0 +1,270 @@
+/*
+ * transport_socket.c - kernel sockets: tcp (blocking, 127.0.0.1),
+ * tcp-poll (nonblocking, receiver busy-polls) and uds (socketpair).
+ * Streams carry no boundaries; the lock-step protocol means each side
+ * always knows how many bytes the next message has.
+ */
+#include "bench_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define ACCEPT_TIMEOUT_S 10.0
+#define SPIN_CHECK (1u << 16)
+
+enum sock_kind { SOCK_TCP, SOCK_TCP_POLL, SOCK_UDS };
+
+struct sock_shared {
+    enum sock_kind kind;
+    int listen_fd;          /* tcp: bound before fork so the port is known */
+    struct sockaddr_in addr;
+    int pair[2];            /* uds */
+};
+
+struct sock_ep {
+    const char *name;
+    int fd;
+    bool poll;
+    unsigned char *sbuf, *rbuf;
+};
+
+static const char *kind_name(enum sock_kind k)
+{
+    return k == SOCK_TCP ? "tcp" : k == SOCK_TCP_POLL ? "tcp-poll" : "uds";
+}
+
+static int sock_prepare(enum sock_kind kind, void **shared)
+{
+    struct sock_shared *s = calloc(1, sizeof *s);
+    socklen_t alen = sizeof s->addr;
+
+    if (!s)
+        return -1;
+    s->kind = kind;
+    s->listen_fd = s->pair[0] = s->pair[1] = -1;
+    if (kind == SOCK_UDS) {
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s->pair) != 0) {
+            perror("uds: socketpair");
+            free(s);
+            return -1;
+        }
+        *shared = s;
+        return 0;
+    }
+    s->addr.sin_family = AF_INET;
+    s->addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    s->addr.sin_port = 0; /* ephemeral: no clash with other runs */
+    s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s->listen_fd < 0 || bind(s->listen_fd, (struct sockaddr *)&s->addr, sizeof s->addr) ||
+        listen(s->listen_fd, 1) ||
+        getsockname(s->listen_fd, (struct sockaddr *)&s->addr, &alen)) {
+        fprintf(stderr, "%s: listen on 127.0.0.1: %s\n", kind_name(kind), strerror(errno));
+        if (s->listen_fd >= 0)
+            close(s->listen_fd);
+        free(s);
+        return -1;
+    }
+    *shared = s;
+    return 0;
+}
+
+static int prepare_tcp(size_t m, void **sh) { (void)m; return sock_prepare(SOCK_TCP, sh); }
+static int prepare_tcp_poll(size_t m, void **sh) { (void)m; return sock_prepare(SOCK_TCP_POLL, sh); }
+static int prepare_uds(size_t m, void **sh) { (void)m; return sock_prepare(SOCK_UDS, sh); }
+
+/* Driver side of tcp: accept, but give up if the peer died or never came. */
+static int accept_peer(struct sock_shared *s)
+{
+    double deadline = bench_now() + ACCEPT_TIMEOUT_S;
+    struct pollfd pfd = {.fd = s->listen_fd, .events = POLLIN};
+
+    while (bench_now() < deadline && bench_peer_alive()) {
+        int r = poll(&pfd, 1, 100);
+        if (r > 0)
+            return accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (r < 0 && errno != EINTR)
+            break;
+    }
+    errno = ETIMEDOUT;
+    return -1;
+}
+
+static int sock_setup(void *shared, enum bench_role role, size_t max_msg, void **out)
+{
+    struct sock_shared *s = shared;
+    struct sock_ep *ep = calloc(1, sizeof *ep);
+    int one = 1;
+
+    if (!ep)
+        return -1;
+    ep->name = kind_name(s->kind);
+    ep->poll = s->kind == SOCK_TCP_POLL;
+    ep->fd = -1;
+    if (s->kind == SOCK_UDS) {
+        ep->fd = s->pair[role == BENCH_DRIVER ? 0 : 1];
+        close(s->pair[role == BENCH_DRIVER ? 1 : 0]);
+    } else if (role == BENCH_DRIVER) {
+        ep->fd = accept_peer(s);
+    } else {
+        close(s->listen_fd);
+        ep->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (ep->fd >= 0 && connect(ep->fd, (struct sockaddr *)&s->addr, sizeof s->addr) != 0) {
+            close(ep->fd);
+            ep->fd = -1;
+        }
+    }
+    if (ep->fd < 0) {
+        fprintf(stderr, "%s: connect: %s\n", ep->name, strerror(errno));
+        free(ep);
+        return -1;
+    }
+    if (s->kind != SOCK_UDS &&
+        setsockopt(ep->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) {
+        fprintf(stderr, "%s: TCP_NODELAY: %s\n", ep->name, strerror(errno));
+        close(ep->fd);
+        free(ep);
+        return -1;
+    }
+    /* Page-aligned and touched now so no page fault lands in a timed loop. */
+    ep->sbuf = aligned_alloc(4096, (max_msg + 4095) & ~(size_t)4095);
+    ep->rbuf = aligned_alloc(4096, (max_msg + 4095) & ~(size_t)4095);
+    if (!ep->sbuf || !ep->rbuf) {
+        fprintf(stderr, "%s: out of memory\n", ep->name);
+        free(ep->sbuf);
+        free(ep->rbuf);
+        close(ep->fd);
+        free(ep);
+        return -1;
+    }
+    memset(ep->sbuf, 0, max_msg);
+    memset(ep->rbuf, 0, max_msg);
+    *out = ep;
+    return 0;
+}
+
+static void *sock_send_buf(void *p)
+{
+    return ((struct sock_ep *)p)->sbuf;
+}
+
+/* Polling mode spins on EAGAIN; the peer's death shows as an error or EOF,
+ * but a check now and then also catches a peer that hangs without dying. */
+static int sock_spin_ok(struct sock_ep *ep, unsigned *spins)
+{
+    if (++*spins < SPIN_CHECK)
+        return 1;
+    *spins = 0;
+    if (bench_peer_alive())
+        return 1;
+    fprintf(stderr, "%s: peer process exited\n", ep->name);
+    return 0;
+}
+
+static int sock_send(void *p, size_t len)
+{
+    struct sock_ep *ep = p;
+    int flags = MSG_NOSIGNAL | (ep->poll ? MSG_DONTWAIT : 0);
+    size_t off = 0;
+    unsigned spins = 0;
+
+    while (off < len) {
+        ssize_t n = send(ep->fd, ep->sbuf + off, len - off, flags);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && (errno == EINTR || ((errno == EAGAIN || errno == EWOULDBLOCK) && ep->poll))) {
+            if (!sock_spin_ok(ep, &spins))
+                return -1;
+            continue;
+        }
+        fprintf(stderr, "%s: send: %s\n", ep->name, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int sock_recv(void *p, size_t len, const void **data)
+{
+    struct sock_ep *ep = p;
+    int flags = ep->poll ? MSG_DONTWAIT : 0;
+    size_t off = 0;
+    unsigned spins = 0;
+
+    while (off < len) {
+        ssize_t n = recv(ep->fd, ep->rbuf + off, len - off, flags);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n == 0) {
+            fprintf(stderr, "%s: peer closed the connection\n", ep->name);
+            return -1;
+        }
+        if (errno == EINTR || ((errno == EAGAIN || errno == EWOULDBLOCK) && ep->poll)) {
+            if (!sock_spin_ok(ep, &spins))
+                return -1;
+            continue;
+        }
+        fprintf(stderr, "%s: recv: %s\n", ep->name, strerror(errno));
+        return -1;
+    }
+    *data = ep->rbuf;
+    return 0;
+}
+
+static int sock_teardown(void *p)
+{
+    struct sock_ep *ep = p;
+
+    close(ep->fd);
+    free(ep->sbuf);
+    free(ep->rbuf);
+    free(ep);
+    return 0;
+}
+
+static void sock_release(void *shared)
+{
+    struct sock_shared *s = shared;
+
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    /* uds: the driver's end was closed in teardown, the peer's in setup. */
+    free(s);
+}
+
+#define SOCK_OPS                                                                              \
+    .setup = sock_setup, .send_buf = sock_send_buf, .send_msg = sock_send,                   \
+    .recv_msg = sock_recv, .teardown = sock_teardown, .release = sock_release
+
+const struct bench_transport bench_transport_tcp = {
+    .name = "tcp",
+    .summary = "kernel TCP over 127.0.0.1, blocking, TCP_NODELAY",
+    .polling = false,
+    .prepare = prepare_tcp,
+    SOCK_OPS,
+};
+
+const struct bench_transport bench_transport_tcp_poll = {
+    .name = "tcp-poll",
+    .summary = "kernel TCP over 127.0.0.1, nonblocking, receiver busy-polls (pinned)",
+    .polling = true,
+    .prepare = prepare_tcp_poll,
+    SOCK_OPS,
+};
+
+const struct bench_transport bench_transport_uds = {
+    .name = "uds",
+    .summary = "AF_UNIX stream socketpair, blocking",
+    .polling = false,
+    .prepare = prepare_uds,
+    SOCK_OPS,
+};

@@ -1,0 +1,31 @@
+/* cli.h - what the sovia subcommands share: the command table entry and
+ * argument parsing helpers. */
+#ifndef SOVIA_CLI_H
+#define SOVIA_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exit code for bad usage, shared by every subcommand. */
+#define SOVIA_EXIT_USAGE 2
+
+struct sovia_command {
+    const char *name;
+    const char *summary;
+    /* argv[0] is the subcommand's name; returns the process exit code. */
+    int (*run)(int argc, char **argv);
+};
+
+int cmd_bench(int argc, char **argv);
+
+/* Byte counts: decimal digits with an optional K or M suffix (1K = 1024). */
+bool cli_parse_size(const char *s, size_t *out);
+bool cli_parse_u64(const char *s, uint64_t *out);
+bool cli_parse_seconds(const char *s, double *out);
+
+/* Prints "sovia <where>: <message>" on stderr and returns SOVIA_EXIT_USAGE. */
+int cli_usage_error(const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif /* SOVIA_CLI_H */

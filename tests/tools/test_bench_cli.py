@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Integration test of `sovia bench`: help texts, usage errors, and a tiny
+run of every transport checking the JSON it prints. It checks behaviour,
+never performance: no timing thresholds.
+
+usage: test_bench_cli.py /path/to/sovia
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import unittest
+
+SOVIA = None  # set from argv in main
+TIMEOUT = 60
+
+LOCAL_TRANSPORTS = ["limit", "tcp", "tcp-poll", "uds", "vi", "vi-block", "vi-notify"]
+LAT_KEYS = {"transport", "size", "iters", "one_way_p50_us", "one_way_mean_us"}
+BW_KEYS = {"transport", "size", "iters", "seconds", "gbps"}
+
+
+def run(*args, env=None):
+    """Run sovia; returns (exit code, stdout, stderr)."""
+    p = subprocess.run([SOVIA, *args], capture_output=True, text=True, timeout=TIMEOUT,
+                       env=env)
+    return p.returncode, p.stdout, p.stderr
+
+
+def json_lines(out):
+    lines = [l for l in out.splitlines() if l.strip()]
+    return [json.loads(l) for l in lines]
+
+
+def positive_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+class Help(unittest.TestCase):
+    def test_top_help(self):
+        rc, out, _ = run("--help")
+        self.assertEqual(rc, 0)
+        self.assertIn("bench", out)
+
+    def test_bench_help_lists_modes_and_transports(self):
+        rc, out, _ = run("bench", "--help")
+        self.assertEqual(rc, 0)
+        for word in ["lat", "bw", "sweep", "ucx", *LOCAL_TRANSPORTS]:
+            self.assertIn(word, out)
+
+    def test_mode_help(self):
+        for mode, words in [("lat", ["--transport", "--size", "--iters", "--json"]),
+                            ("bw", ["--transport", "--size", "--seconds", "--json"]),
+                            ("sweep", ["--transport", "--max-size", "--json", "1 s"])]:
+            with self.subTest(mode=mode):
+                rc, out, _ = run("bench", mode, "--help")
+                self.assertEqual(rc, 0)
+                for w in words:
+                    self.assertIn(w, out)
+
+
+class Usage(unittest.TestCase):
+    BAD = [
+        [],
+        ["nosuchcommand"],
+        ["--bogus"],
+        ["bench"],
+        ["bench", "nosuchmode"],
+        ["bench", "lat", "--transport", "tcp"],               # no --size
+        ["bench", "lat", "--size", "8"],                      # no --transport
+        ["bench", "lat", "--transport", "tcp", "--size", "0"],
+        ["bench", "lat", "--transport", "tcp", "--size", "12Q"],
+        ["bench", "lat", "--transport", "tcp", "--size", "8", "--bogus"],
+        ["bench", "lat", "--transport", "tcp", "--size", "8", "--iters", "-3"],
+        ["bench", "lat", "--transport", "tcp", "--size", "8", "extra"],
+        ["bench", "lat", "--transport", "nosuch", "--size", "8"],
+        ["bench", "lat", "--transport", "tcp", "--size"],     # missing value
+        ["bench", "bw", "--transport", "tcp", "--size", "8", "--iters", "5"],
+        ["bench", "bw", "--transport", "tcp", "--size", "8", "--seconds", "0"],
+        ["bench", "sweep", "--transport", "tcp", "--size", "8"],
+        ["bench", "sweep", "--transport", "tcp", "--max-size", "x"],
+    ]
+
+    def test_bad_usage_exits_2(self):
+        for args in self.BAD:
+            with self.subTest(args=args):
+                rc, out, err = run(*args)
+                self.assertEqual(rc, 2)
+                self.assertTrue(err.strip(), "a message on stderr")
+                self.assertEqual(out, "", "nothing on stdout")
+
+
+class Runs(unittest.TestCase):
+    def check_lat(self, rec, transport, size, iters=None):
+        self.assertTrue(LAT_KEYS <= rec.keys(), rec)
+        self.assertEqual(rec["transport"], transport)
+        self.assertEqual(rec["size"], size)
+        if iters is not None:
+            self.assertEqual(rec["iters"], iters)
+        for k in ["iters", "one_way_p50_us", "one_way_mean_us"]:
+            self.assertTrue(positive_number(rec[k]), (k, rec))
+
+    def check_bw(self, rec, transport, size):
+        self.assertTrue(BW_KEYS <= rec.keys(), rec)
+        self.assertEqual(rec["transport"], transport)
+        self.assertEqual(rec["size"], size)
+        for k in ["iters", "seconds", "gbps"]:
+            self.assertTrue(positive_number(rec[k]), (k, rec))
+
+    def test_lat_each_transport(self):
+        for t in LOCAL_TRANSPORTS:
+            with self.subTest(transport=t):
+                rc, out, err = run("bench", "lat", "--transport", t, "--size", "64",
+                                   "--iters", "200", "--json")
+                self.assertEqual(rc, 0, err)
+                recs = json_lines(out)
+                self.assertEqual(len(recs), 1, out)
+                self.check_lat(recs[0], t, 64, 200)
+
+    def test_bw_each_transport(self):
+        for t in LOCAL_TRANSPORTS:
+            with self.subTest(transport=t):
+                rc, out, err = run("bench", "bw", "--transport", t, "--size", "4K",
+                                   "--seconds", "0.2", "--json")
+                self.assertEqual(rc, 0, err)
+                recs = json_lines(out)
+                self.assertEqual(len(recs), 1, out)
+                self.check_bw(recs[0], t, 4096)
+
+    def test_large_messages(self):
+        # Multi-page messages: partial socket writes, arena slots, etc.
+        for t in ["tcp", "uds", "vi", "vi-block"]:
+            with self.subTest(transport=t):
+                rc, out, err = run("bench", "lat", "--transport", t, "--size", "1M",
+                                   "--iters", "20", "--json")
+                self.assertEqual(rc, 0, err)
+                self.check_lat(json_lines(out)[0], t, 1 << 20, 20)
+
+    def test_small_message_stream(self):
+        # Many tiny messages: exercises vi's credit flow control hard.
+        for t in ["vi", "vi-notify"]:
+            with self.subTest(transport=t):
+                rc, out, err = run("bench", "bw", "--transport", t, "--size", "1",
+                                   "--seconds", "0.2", "--json")
+                self.assertEqual(rc, 0, err)
+                self.check_bw(json_lines(out)[0], t, 1)
+
+    def test_sweep_sizes(self):
+        expect = [1, 2, 4, 5, 7, 8, 11, 13, 16, 19, 29, 32, 35, 61, 64]
+        for t in ["limit", "vi"]:
+            with self.subTest(transport=t):
+                rc, out, err = run("bench", "sweep", "--transport", t, "--max-size", "64",
+                                   "--json")
+                self.assertEqual(rc, 0, err)
+                recs = json_lines(out)
+                self.assertEqual([r["size"] for r in recs], expect)
+                for r in recs:
+                    self.check_lat(r, t, r["size"])
+                    self.assertTrue(positive_number(r["mbps"]), r)
+
+    def test_table_output(self):
+        rc, out, err = run("bench", "lat", "--transport", "uds", "--size", "1K",
+                           "--iters", "100")
+        self.assertEqual(rc, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(len(lines), 2, out)
+        self.assertIn("transport", lines[0])
+        self.assertEqual(lines[1].split()[:3], ["uds", "1024", "100"])
+
+    def test_ucx_unavailable(self):
+        env = dict(os.environ, PATH="/nonexistent")
+        rc, out, err = run("bench", "lat", "--transport", "ucx", "--size", "8", "--json",
+                           env=env)
+        self.assertEqual(rc, 3)
+        self.assertEqual(json_lines(out), [{"transport": "ucx", "unavailable": True}])
+        rc, out, err = run("bench", "lat", "--transport", "ucx", "--size", "8", env=env)
+        self.assertEqual(rc, 3)
+        self.assertIn("ucx: unavailable (install ucx-utils)", err)
+
+    @unittest.skipUnless(shutil.which("ucx_perftest"), "ucx_perftest not installed")
+    def test_ucx(self):
+        rc, out, err = run("bench", "lat", "--transport", "ucx", "--size", "64", "--iters",
+                           "1000", "--json")
+        self.assertEqual(rc, 0, err)
+        self.check_lat(json_lines(out)[0], "ucx", 64)
+        rc, out, err = run("bench", "bw", "--transport", "ucx", "--size", "4K", "--seconds",
+                           "0.2", "--json")
+        self.assertEqual(rc, 0, err)
+        self.check_bw(json_lines(out)[0], "ucx", 4096)
+
+
+def leftover_processes():
+    """Processes still running the sovia binary (children left behind)."""
+    me = os.path.realpath(SOVIA)
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.path.realpath(f"/proc/{pid}/exe") == me:
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def main():
+    global SOVIA
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    SOVIA = os.path.abspath(sys.argv[1])
+    prog = unittest.main(argv=[sys.argv[0], "-v"], exit=False)
+    # Every peer process must have been waited for: none may survive.
+    deadline = time.time() + 3
+    while leftover_processes() and time.time() < deadline:
+        time.sleep(0.1)
+    left = leftover_processes()
+    if left:
+        print(f"FAIL: sovia processes left behind: {left}", file=sys.stderr)
+        return 1
+    return 0 if prog.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
