@@ -53,9 +53,12 @@ struct shm_ctl_header { /* constant after creation */
 };
 
 struct shm_ctl_live {
-    _Atomic uint32_t posted;      /* receives published so far */
-    _Atomic uint32_t recv_armed;  /* > 0: the owner sleeps on rx.wake_seq */
-    uint32_t reserved[14];
+    _Atomic uint32_t posted; /* receives published so far */
+    uint32_t reserved0[15];
+    /* Its own line: the peer reads it after every send, and must not pull
+     * in the line the owner writes on every post. */
+    _Atomic uint32_t recv_armed; /* > 0: the owner sleeps on rx.wake_seq */
+    uint32_t reserved1[15];
 };
 
 #define SHM_POST_STAGED 1u
@@ -86,7 +89,7 @@ struct shm_ctl {
 };
 
 _Static_assert(sizeof(struct shm_ctl_header) == SHM_LINE, "header is one line");
-_Static_assert(sizeof(struct shm_ctl_live) == SHM_LINE, "live is one line");
+_Static_assert(sizeof(struct shm_ctl_live) == 2 * SHM_LINE, "live is two lines");
 _Static_assert(sizeof(struct shm_post) == SHM_LINE, "a post is one line");
 _Static_assert(sizeof(struct shm_reg_export) == 32, "export entry size");
 

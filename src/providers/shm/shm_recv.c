@@ -160,9 +160,26 @@ static uint32_t take_completion(struct shm_vi *vi, struct shm_rq_entry *e,
     return status;
 }
 
+/* A lock-free look: can the head possibly be complete? Polling loops spin
+ * here without taking the lock (or writing any line) until it can. */
+static bool head_may_be_ready(struct shm_vi *vi)
+{
+    uint32_t head = __atomic_load_n(&vi->rq_head, __ATOMIC_RELAXED);
+    if (head == atomic_load_explicit(&vi->rq_tail, memory_order_acquire))
+        return false;
+    const struct shm_rq_entry *e = &vi->rq[head & vi->mask];
+    if (!e->published || (int32_t)(head - vi->flush_upto) < 0)
+        return true;
+    return atomic_load_explicit(&vi->rx->cmpl[e->sidx & vi->mask].seq, memory_order_acquire) ==
+               e->sidx + 1 ||
+           vipl_vi_state(&vi->core) == VIP_STATE_ERROR;
+}
+
 VIP_RETURN shm_recv_done(struct vipl_vi *cvi, VIP_DESCRIPTOR **out)
 {
     struct shm_vi *vi = shm_vi(cvi);
+    if (!head_may_be_ready(vi))
+        return VIP_NOT_DONE;
     int fail = 0;
     uint32_t status, length = 0, imm = 0;
     shm_lock(&vi->rq_lock);
@@ -189,7 +206,7 @@ VIP_RETURN shm_recv_done(struct vipl_vi *cvi, VIP_DESCRIPTOR **out)
     }
     VIP_DESCRIPTOR *desc = e->desc;
     vi->staging_free += e->staging_bytes;
-    vi->rq_head = head + 1;
+    __atomic_store_n(&vi->rq_head, head + 1, __ATOMIC_RELAXED);
     shm_unlock(&vi->rq_lock);
 
     if (!(status & VIP_STATUS_OP_MASK))
