@@ -780,3 +780,21 @@ int h_errlog_find(h_errlog *log, VIP_ERROR_CODE code, VIP_VI_HANDLE vi)
     pthread_mutex_unlock(&log->mu);
     return found;
 }
+
+int h_errlog_since(h_errlog *log, int from, VIP_VI_HANDLE vi, VIP_ERROR_CODE *code,
+                   pthread_t *thread)
+{
+    int n = 0;
+    pthread_mutex_lock(&log->mu);
+    for (int i = from; i < log->count && i < H_ERRLOG_MAX; i++) {
+        if (log->vi[i] != vi)
+            continue;
+        if (n == 0 && code)
+            *code = log->code[i];
+        if (n == 0 && thread)
+            *thread = log->thread[i];
+        n++;
+    }
+    pthread_mutex_unlock(&log->mu);
+    return n;
+}

@@ -14,6 +14,8 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include <vipl.h>
@@ -257,7 +259,7 @@ long h_check_byte(const void *buf, size_t len, unsigned char value);
 
 /* ---- Error handler recorder --------------------------------------------- */
 
-#define H_ERRLOG_MAX 32
+#define H_ERRLOG_MAX 256
 
 typedef struct {
     pthread_mutex_t mu;
@@ -273,6 +275,10 @@ void h_errlog_install(VIP_NIC_HANDLE nic, h_errlog *log);
 /* Waits until at least `count` errors were recorded; returns the count. */
 int h_errlog_wait(h_errlog *log, int count, unsigned timeout_ms);
 int h_errlog_count(h_errlog *log);
+/* Entries recorded at index >= from for this VI; the first one's code and
+ * thread are stored when the pointers are not NULL. */
+int h_errlog_since(h_errlog *log, int from, VIP_VI_HANDLE vi, VIP_ERROR_CODE *code,
+                   pthread_t *thread);
 /* Number of recorded errors with this code (and this VI unless NULL). */
 int h_errlog_find(h_errlog *log, VIP_ERROR_CODE code, VIP_VI_HANDLE vi);
 
