@@ -14,7 +14,7 @@
 
 int vipl_mr_table_init(struct vipl_nic *nic)
 {
-    nic->mrs = calloc(VIPL_MR_MAX, sizeof(*nic->mrs));
+    nic->mrs = calloc(VIPL_MR_MAX + 1, sizeof(*nic->mrs)); /* slot 0 is never used */
     nic->mr_free = calloc(VIPL_MR_MAX, sizeof(*nic->mr_free));
     if (!nic->mrs || !nic->mr_free) {
         free(nic->mrs);
@@ -33,7 +33,7 @@ void vipl_mr_table_fini(struct vipl_nic *nic)
 struct vipl_mr *vipl_mr_lookup(struct vipl_nic *nic, VIP_MEM_HANDLE h)
 {
     uint32_t idx = h & MR_INDEX_MASK;
-    if (h == 0 || idx >= VIPL_MR_MAX)
+    if (h == 0 || idx > VIPL_MR_MAX)
         return NULL;
     struct vipl_mr *mr = &nic->mrs[idx];
     return atomic_load_explicit(&mr->handle, memory_order_acquire) == h ? mr : NULL;
@@ -63,7 +63,7 @@ VIPL_EXPORT VIP_RETURN VipRegisterMem(VIP_NIC_HANDLE NicHandle, VIP_PVOID Virtua
     uint32_t idx;
     if (nic->mr_nfree)
         idx = nic->mr_free[--nic->mr_nfree];
-    else if (nic->mr_next < VIPL_MR_MAX - 1)
+    else if (nic->mr_next < VIPL_MR_MAX)
         idx = ++nic->mr_next; /* slot 0 stays unused so no handle is 0 */
     else {
         pthread_mutex_unlock(&nic->lock);

@@ -188,6 +188,10 @@ int shm_peer_map(struct shm_peer *peer, const int fds[4], uint32_t armed_off,
                  uint32_t word_off, size_t page);
 void shm_peer_unmap(struct shm_peer *peer);
 
+/* The data path reports a connection-breaking error as a VIP_ERROR_CODE in
+ * an int; this marks "none" (VIP_ERROR_POST_DESC is 0). */
+#define SHM_NO_FAILURE (-1)
+
 /* shm_vi.c */
 void shm_vi_export_regs(struct shm_vi *vi);
 bool shm_vi_recv_ready(struct shm_vi *vi, uint32_t idx);

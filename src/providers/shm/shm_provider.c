@@ -53,7 +53,7 @@ static void shm_query_nic(struct vipl_nic *nic, VIP_NIC_ATTRIBUTES *a)
     a->ThreadSafe = VIP_TRUE;
     a->MaxDiscriminatorLen = VIPL_MAX_DISC;
     a->MaxRegisterBytes = (VIP_ULONG)1 << 40;
-    a->MaxRegisterRegions = VIPL_MR_MAX - 1;
+    a->MaxRegisterRegions = VIPL_MR_MAX;
     a->MaxRegisterBlockBytes = (VIP_ULONG)1 << 40;
     a->MaxVI = 65536;
     a->MaxDescriptorsPerQueue = SHM_MAX_DEPTH;

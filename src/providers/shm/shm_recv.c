@@ -77,7 +77,7 @@ static VIP_RETURN publish(struct shm_vi *vi, struct shm_rq_entry *e, const struc
 VIP_RETURN shm_post_recv(struct vipl_vi *cvi, struct vipl_wr *wr)
 {
     struct shm_vi *vi = shm_vi(cvi);
-    bool fail = false;
+    bool fail = false; /* a bad descriptor on a reliable VI */
     wr->desc->CS.Status = 0;
     shm_lock(&vi->rq_lock);
     uint32_t tail = atomic_load_explicit(&vi->rq_tail, memory_order_relaxed);
@@ -180,7 +180,7 @@ VIP_RETURN shm_recv_done(struct vipl_vi *cvi, VIP_DESCRIPTOR **out)
     struct shm_vi *vi = shm_vi(cvi);
     if (!head_may_be_ready(vi))
         return VIP_NOT_DONE;
-    int fail = 0;
+    int fail = SHM_NO_FAILURE;
     uint32_t status, length = 0, imm = 0;
     shm_lock(&vi->rq_lock);
     uint32_t head = vi->rq_head;
@@ -212,7 +212,7 @@ VIP_RETURN shm_recv_done(struct vipl_vi *cvi, VIP_DESCRIPTOR **out)
     if (!(status & VIP_STATUS_OP_MASK))
         status |= VIP_STATUS_OP_RECEIVE;
     vipl_complete_desc(desc, status, length, imm);
-    if (fail)
+    if (fail != SHM_NO_FAILURE)
         shm_vi_break(vi, (VIP_ERROR_CODE)fail, desc);
     *out = desc;
     return VIP_SUCCESS;

@@ -199,7 +199,7 @@ static uint32_t rdma_write(struct shm_vi *vi, const struct vipl_wr *wr, int *fai
 VIP_RETURN shm_post_send(struct vipl_vi *cvi, struct vipl_wr *wr)
 {
     struct shm_vi *vi = shm_vi(cvi);
-    int fail = 0;
+    int fail = SHM_NO_FAILURE;
     shm_lock(&vi->sq_lock);
     if (vi->sq_tail - vi->sq_head >= vi->depth) {
         shm_unlock(&vi->sq_lock);
@@ -237,7 +237,7 @@ VIP_RETURN shm_post_send(struct vipl_vi *cvi, struct vipl_wr *wr)
     if (!cq_ok)
         vipl_report_error(cvi->nic, cvi, cvi->send_cq, desc, VIP_RESOURCE_CQ,
                           VIP_ERROR_CATASTROPHIC);
-    if (fail)
+    if (fail != SHM_NO_FAILURE)
         shm_vi_break(vi, (VIP_ERROR_CODE)fail, desc);
     return VIP_SUCCESS;
 }
