@@ -29,7 +29,9 @@ static int drive(const struct bench_transport *t, void *ep, const struct bench_p
         uint64_t iters = p->iters ? p->iters : bench_default_lat_iters(p->size);
         uint64_t warmup = iters / 10;
 
-        warmup = warmup < 10 ? 10 : warmup > 10000 ? 10000 : warmup;
+        /* At least 100: transports that cycle through receive buffers
+         * (vi: 66 per side) get each one used before timing starts. */
+        warmup = warmup < 100 ? 100 : warmup > 10000 ? 10000 : warmup;
         if (bench_measure_lat(t, ep, p->size, iters, warmup, &s) != 0)
             return -1;
         bench_out_lat(t->name, &s, p->json, false);

@@ -68,8 +68,13 @@ static int ucx_run(const char *test, size_t size, uint64_t iters, uint64_t warmu
         fprintf(stderr, "ucx: no free TCP port\n");
         return -1;
     }
-    if (bench_pick_cpus(cpus) < 2)
+    if (bench_pick_cpus(cpus) < 2) {
+        static bool noted;
+        if (!noted)
+            fprintf(stderr, "sovia bench: note: fewer than 2 CPUs available, ucx runs unpinned\n");
+        noted = true;
         cpus[0] = cpus[1] = -1;
+    }
     snprintf(port, sizeof port, "%d", p);
     snprintf(s_size, sizeof s_size, "%zu", size);
     snprintf(s_iters, sizeof s_iters, "%llu", (unsigned long long)iters);

@@ -81,6 +81,9 @@ static int alloc_memory(struct vi_ep *ep)
         return -1;
     }
     ep->arena = base;
+    /* Touch every page now: first-touch faults on a large arena would
+     * otherwise land in the timed loops (ping-pong cycles through all slots). */
+    memset(ep->arena, 0, VI_NRECV * ep->slot);
     rc = VipRegisterMem(ep->nic, ep->arena, ep->arena_len, &ma, &ep->arena_mh);
     if (rc != VIP_SUCCESS)
         return vi_fail(ep, "VipRegisterMem(arena)", rc);
