@@ -18,7 +18,7 @@ VIPL_EXPORT VIP_RETURN VipConnectWait(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS 
     struct vipl_nic *nic = nic_of(NicHandle);
     if (!nic || !address_ok(LocalAddr) || !RemoteAddr || !ConnHandle)
         return VIP_INVALID_PARAMETER;
-    struct vipl_conn *conn = calloc(1, sizeof(*conn));
+    struct vipl_conn *conn = vipl_pool_get(&nic->conns);
     if (!conn)
         return VIP_ERROR_RESOURCE;
     conn->nic = nic;
@@ -26,7 +26,7 @@ VIPL_EXPORT VIP_RETURN VipConnectWait(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS 
     VIP_RETURN r = nic->prov->connect_wait(nic, LocalAddr, vipl_deadline(Timeout, &buf),
                                            RemoteAddr, conn);
     if (r != VIP_SUCCESS) {
-        free(conn);
+        vipl_pool_put(&nic->conns, conn);
         return r;
     }
     conn->magic = VIPL_CONN_MAGIC;
@@ -44,8 +44,7 @@ static struct vipl_conn *conn_of(VIP_CONN_HANDLE h)
 
 static void conn_free(struct vipl_conn *conn)
 {
-    conn->magic = 0;
-    free(conn);
+    vipl_pool_put(&conn->nic->conns, conn);
 }
 
 VIPL_EXPORT VIP_RETURN VipConnectAccept(VIP_CONN_HANDLE ConnHandle, VIP_VI_HANDLE ViHandle)

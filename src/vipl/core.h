@@ -55,6 +55,12 @@ VIP_RETURN vipl_notify_arm(struct vipl_notify **slot, void *obj, enum vipl_queue
                            void *context, void *handler);
 void vipl_notify_destroy(struct vipl_notify **slot, void *obj, enum vipl_queue q);
 
+/* pool.c */
+void vipl_pool_init(struct vipl_pool *pool, size_t size);
+void *vipl_pool_get(struct vipl_pool *pool);
+void vipl_pool_put(struct vipl_pool *pool, void *obj);
+void vipl_pool_drain(struct vipl_pool *pool);
+
 /* nic.c */
 const struct vipl_provider *vipl_find_provider(const char *device);
 

@@ -11,14 +11,14 @@ VIPL_EXPORT VIP_RETURN VipCreateCQ(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCoun
     struct vipl_nic *nic = nic_of(NicHandle);
     if (!nic || !CQHandle || EntryCount == 0 || EntryCount > CQ_MAX_ENTRIES)
         return VIP_INVALID_PARAMETER;
-    struct vipl_cq *cq = calloc(1, nic->prov->cq_size);
+    struct vipl_cq *cq = vipl_pool_get(&nic->cqs);
     if (!cq)
         return VIP_ERROR_RESOURCE;
     cq->nic = nic;
     cq->entries = EntryCount;
     VIP_RETURN r = nic->prov->create_cq(cq);
     if (r != VIP_SUCCESS) {
-        free(cq);
+        vipl_pool_put(&nic->cqs, cq);
         return r;
     }
     cq->magic = VIPL_CQ_MAGIC;
@@ -42,8 +42,7 @@ VIPL_EXPORT VIP_RETURN VipDestroyCQ(VIP_CQ_HANDLE CQHandle)
     pthread_mutex_lock(&nic->lock);
     nic->n_cqs--;
     pthread_mutex_unlock(&nic->lock);
-    cq->magic = 0;
-    free(cq);
+    vipl_pool_put(&nic->cqs, cq);
     return VIP_SUCCESS;
 }
 

@@ -4,6 +4,21 @@
 
 #include "core.h"
 
+/* NIC structures are reused, never freed, so a closed NIC's handle stays
+ * safe to check. */
+static struct vipl_pool nic_pool = {PTHREAD_MUTEX_INITIALIZER, NULL, sizeof(struct vipl_nic)};
+
+/* Frees what the NIC owned (its dead objects) and recycles the NIC itself. */
+static void release_nic(struct vipl_nic *nic)
+{
+    vipl_pool_drain(&nic->ptags);
+    vipl_pool_drain(&nic->vi_pool);
+    vipl_pool_drain(&nic->cqs);
+    vipl_pool_drain(&nic->conns);
+    pthread_mutex_destroy(&nic->lock);
+    vipl_pool_put(&nic_pool, nic);
+}
+
 const struct vipl_provider *vipl_find_provider(const char *device)
 {
     if (!device || !*device)
@@ -24,18 +39,18 @@ VIPL_EXPORT VIP_RETURN VipOpenNic(const VIP_CHAR *DeviceName, VIP_NIC_HANDLE *Ni
     const struct vipl_provider *prov = vipl_find_provider(DeviceName);
     if (!prov)
         return VIP_INVALID_PARAMETER;
-    struct vipl_nic *nic = calloc(1, sizeof(*nic));
+    struct vipl_nic *nic = vipl_pool_get(&nic_pool);
     if (!nic)
         return VIP_ERROR_RESOURCE;
     nic->prov = prov;
+    vipl_pool_init(&nic->ptags, sizeof(struct vipl_ptag));
+    vipl_pool_init(&nic->vi_pool, prov->vi_size);
+    vipl_pool_init(&nic->cqs, prov->cq_size);
+    vipl_pool_init(&nic->conns, sizeof(struct vipl_conn));
     pthread_mutex_init(&nic->lock, NULL);
-    if (vipl_mr_table_init(nic) != 0) {
-        free(nic);
-        return VIP_ERROR_RESOURCE;
-    }
-    if (prov->open_nic(nic) != 0) {
+    if (vipl_mr_table_init(nic) != 0 || prov->open_nic(nic) != 0) {
         vipl_mr_table_fini(nic);
-        free(nic);
+        release_nic(nic);
         return VIP_ERROR_RESOURCE;
     }
     nic->magic = VIPL_NIC_MAGIC;
@@ -55,9 +70,7 @@ VIPL_EXPORT VIP_RETURN VipCloseNic(VIP_NIC_HANDLE NicHandle)
         return VIP_INVALID_STATE;
     nic->prov->close_nic(nic);
     vipl_mr_table_fini(nic);
-    nic->magic = 0;
-    pthread_mutex_destroy(&nic->lock);
-    free(nic);
+    release_nic(nic);
     return VIP_SUCCESS;
 }
 

@@ -40,6 +40,15 @@ enum vipl_magic {
 struct vipl_nic;
 struct vipl_notify;
 
+#define VIPL_POOL_ALIGN 64
+
+/* Destroyed objects of one kind, kept for reuse (see pool.c). */
+struct vipl_pool {
+    pthread_mutex_t lock;
+    void *dead;
+    size_t size;
+};
+
 struct vipl_ptag {
     uint32_t magic;
     struct vipl_nic *nic;
@@ -72,6 +81,7 @@ struct vipl_nic {
     atomic_ulong errors_reported;
     unsigned n_vis, n_cqs, n_ptags;
     struct vipl_vi *vis; /* list of VIs, linked through vipl_vi.next */
+    struct vipl_pool ptags, vi_pool, cqs, conns;
     void *prov_nic;      /* provider state */
 };
 

@@ -9,7 +9,7 @@ VIPL_EXPORT VIP_RETURN VipCreatePtag(VIP_NIC_HANDLE NicHandle,
     struct vipl_nic *nic = nic_of(NicHandle);
     if (!nic || !ProtectionTag)
         return VIP_INVALID_PARAMETER;
-    struct vipl_ptag *tag = calloc(1, sizeof(*tag));
+    struct vipl_ptag *tag = vipl_pool_get(&nic->ptags);
     if (!tag)
         return VIP_ERROR_RESOURCE;
     tag->magic = VIPL_PTAG_MAGIC;
@@ -33,7 +33,6 @@ VIPL_EXPORT VIP_RETURN VipDestroyPtag(VIP_NIC_HANDLE NicHandle,
     pthread_mutex_lock(&nic->lock);
     nic->n_ptags--;
     pthread_mutex_unlock(&nic->lock);
-    tag->magic = 0;
-    free(tag);
+    vipl_pool_put(&nic->ptags, tag);
     return VIP_SUCCESS;
 }

@@ -50,10 +50,9 @@ VIPL_EXPORT VIP_RETURN VipxCreateVi(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES 
     if (Config)
         cfg = *Config;
 
-    struct vipl_vi *vi = aligned_alloc(64, (nic->prov->vi_size + 63) & ~(size_t)63);
+    struct vipl_vi *vi = vipl_pool_get(&nic->vi_pool);
     if (!vi)
         return VIP_ERROR_RESOURCE;
-    __builtin_memset(vi, 0, nic->prov->vi_size);
     vi->nic = nic;
     vi->attrs = *ViAttribs;
     vi->ptag = tag;
@@ -62,7 +61,7 @@ VIPL_EXPORT VIP_RETURN VipxCreateVi(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES 
     atomic_store(&vi->state, VIP_STATE_IDLE);
     r = nic->prov->create_vi(vi, &cfg);
     if (r != VIP_SUCCESS) {
-        free(vi);
+        vipl_pool_put(&nic->vi_pool, vi);
         return r;
     }
     atomic_fetch_add(&tag->users, 1);
@@ -118,8 +117,7 @@ VIPL_EXPORT VIP_RETURN VipDestroyVi(VIP_VI_HANDLE ViHandle)
         atomic_fetch_sub(&vi->send_cq->attached, 1);
     if (vi->recv_cq)
         atomic_fetch_sub(&vi->recv_cq->attached, 1);
-    vi->magic = 0;
-    free(vi);
+    vipl_pool_put(&nic->vi_pool, vi);
     return VIP_SUCCESS;
 }
 
