@@ -1,0 +1,297 @@
+/*
+ * connect: the connection model (docs/VIPL.md "Connections").
+ *   - VipConnectWait timeout, VipConnectRequest with nobody listening
+ *     (VIP_NO_MATCH at once) and to another host (VIP_NOT_REACHABLE);
+ *   - reject; a request not answered within its timeout (VIP_TIMEOUT, VI IDLE
+ *     again and reusable); reliability mismatch; accept on a VI that is not
+ *     IDLE;
+ *   - CONNECT_PENDING while the request waits (no sends, no attribute change,
+ *     no destroy); the remote address and attributes each side learns;
+ *   - VipDisconnect: local IDLE with receives flushed, the peer VI ERROR with
+ *     its receives flushed and VIP_ERROR_CONN_LOST; the VI reconnects.
+ */
+#include "harness.h"
+
+#include <stdlib.h>
+
+enum { R_REJECT, R_TIMEOUT, R_MISMATCH, R_MAIN, R_BUSY, R_AGAIN, NROUNDS };
+static char srv[NROUNDS][80], cli[NROUNDS][80];
+
+#define MAIN_MTU 123456
+#define CLIENT_MTU 65536
+
+static void check_remote_addr(const VIP_NET_ADDRESS *a, const char *disc)
+{
+    CHECK_EQ(a->HostAddressLen, 4);
+    CHECK_MSG(memcmp(a->HostAddress, h_loopback, 4) == 0, "remote host is not 127.0.0.1");
+    CHECK_EQ(a->DiscriminatorLen, strlen(disc));
+    CHECK_MSG(memcmp(a->HostAddress + 4, disc, strlen(disc)) == 0,
+              "remote discriminator is not \"%s\"", disc);
+}
+
+/* VipConnectWait on srv[round]; checks the requester's address. */
+static VIP_CONN_HANDLE wait_request(VIP_NIC_HANDLE nic, int round, VIP_VI_ATTRIBUTES *ra)
+{
+    VIP_NET_ADDRESS *local = h_addr(srv[round]);
+    VIP_NET_ADDRESS *remote = h_addr_room();
+    VIP_CONN_HANDLE conn = NULL;
+    CHECK_OK(VipConnectWait(nic, local, 20000, remote, ra, &conn));
+    CHECK(conn != NULL);
+    check_remote_addr(remote, cli[round]);
+    free(local);
+    free(remote);
+    return conn;
+}
+
+/* ---- peer: the server side of every round ------------------------------------------ */
+
+static void peer(int fd, void *arg)
+{
+    (void)arg;
+    VIP_NIC_HANDLE nic = h_open_nic();
+    h_errlog log;
+    h_errlog_install(nic, &log);
+    VIP_PROTECTION_HANDLE t = h_ptag(nic);
+    h_mem buf = h_mem_alloc(nic, t, 4 * 4096, 0);
+    h_descs d = h_descs_alloc(nic, t, 4);
+    VIP_VI_ATTRIBUTES ra;
+    VIP_CONN_HANDLE conn;
+
+    /* Reject. */
+    conn = wait_request(nic, R_REJECT, &ra);
+    CHECK_OK(VipConnectReject(conn));
+
+    /* Hold a request without answering until the requester has timed out. */
+    conn = wait_request(nic, R_TIMEOUT, &ra);
+    h_signal(fd, 'w');
+    h_expect(fd, 'T');
+    h_log("VipConnectReject after the requester timed out: %s",
+          VipxReturnString(VipConnectReject(conn)));
+
+    /* Reliability mismatch: an unreliable VI cannot take a reliable request. */
+    VIP_VI_ATTRIBUTES va = h_vi_attrs(t, VIP_SERVICE_UNRELIABLE);
+    VIP_VI_HANDLE vu = h_vi(nic, &va, NULL, NULL, 0, 0, 0);
+    conn = wait_request(nic, R_MISMATCH, &ra);
+    CHECK_EQ(ra.ReliabilityLevel, VIP_SERVICE_RELIABLE_DELIVERY);
+    CHECK_RET(VipConnectAccept(conn, vu), VIP_INVALID_RELIABILITY_LEVEL);
+    CHECK_EQ(h_vi_state(vu), VIP_STATE_IDLE);
+    CHECK_OK(VipDestroyVi(vu));
+
+    /* The main connection: accepted only when the parent has seen CONNECT_PENDING. */
+    va = h_vi_attrs(t, VIP_SERVICE_RELIABLE_DELIVERY);
+    va.MaxTransferSize = MAIN_MTU;
+    va.EnableRdmaWrite = VIP_TRUE;
+    VIP_VI_HANDLE vm = h_vi(nic, &va, NULL, NULL, 0, 0, 0);
+    for (unsigned i = 0; i < 3; i++)
+        h_post_recv1(vm, &d, i, buf.ptr + 4096 * i, buf.mh, 4096);
+    conn = wait_request(nic, R_MAIN, &ra);
+    CHECK_EQ(ra.ReliabilityLevel, VIP_SERVICE_RELIABLE_DELIVERY);
+    CHECK_EQ(ra.MaxTransferSize, CLIENT_MTU);
+    CHECK_EQ(ra.EnableRdmaWrite, VIP_FALSE);
+    CHECK_EQ(ra.EnableRdmaRead, VIP_FALSE);
+    h_signal(fd, 'W');
+    h_expect(fd, 'A');
+    CHECK_OK(VipConnectAccept(conn, vm));
+    CHECK_EQ(h_vi_state(vm), VIP_STATE_CONNECTED);
+
+    /* Accept on a VI that is not IDLE. */
+    conn = wait_request(nic, R_BUSY, &ra);
+    CHECK_RET(VipConnectAccept(conn, vm), VIP_INVALID_STATE);
+    CHECK_EQ(h_vi_state(vm), VIP_STATE_CONNECTED);
+    CHECK_OK(VipConnectReject(conn));
+
+    /* The parent disconnects the main connection. */
+    h_expect(fd, 'X');
+    VIP_VI_STATE s = h_wait_state(vm, VIP_STATE_ERROR, 2000);
+    CHECK_MSG(s == VIP_STATE_ERROR, "after the peer's VipDisconnect the VI is %s, expected ERROR",
+              h_state_str(s));
+    for (unsigned i = 0; i < 3; i++) {
+        VIP_DESCRIPTOR *x = h_recv_wait(vm, 2000);
+        CHECK(x == h_desc(&d, i));
+        CHECK_ERR_STATUS(x, VIP_STATUS_DESC_FLUSHED_ERROR, VIP_STATUS_OP_RECEIVE);
+    }
+    VIP_DESCRIPTOR *x;
+    CHECK_RET(VipRecvDone(vm, &x), VIP_NOT_DONE);
+    CHECK_MSG(h_errlog_wait(&log, 1, 2000) >= 1, "error handler not called after the disconnect");
+    CHECK_MSG(h_errlog_find(&log, VIP_ERROR_CONN_LOST, vm) >= 1,
+              "error handler got %s, expected CONN_LOST for the VI", h_errcode_str(log.code[0]));
+    CHECK_OK(VipDestroyVi(vm));
+    h_signal(fd, 'x');
+
+    /* The parent's VI, IDLE again, connects anew. */
+    va = h_vi_attrs(t, VIP_SERVICE_RELIABLE_DELIVERY);
+    VIP_VI_HANDLE va2 = h_vi(nic, &va, NULL, NULL, 0, 0, 0);
+    h_post_recv1(va2, &d, 3, buf.ptr, buf.mh, 4096);
+    conn = wait_request(nic, R_AGAIN, &ra);
+    CHECK_OK(VipConnectAccept(conn, va2));
+    x = h_recv_wait(va2, 5000);
+    CHECK_STATUS(x, VIP_STATUS_DONE | VIP_STATUS_OP_RECEIVE);
+    CHECK_EQ(x->CS.Length, 77);
+    CHECK_RANDOM(buf.ptr, 77, 77);
+
+    h_expect(fd, 'Q');
+    h_vi_teardown(va2);
+    h_mem_free(&buf);
+    h_descs_free(&d);
+    CHECK_OK(VipDestroyPtag(nic, t));
+    CHECK_OK(VipCloseNic(nic));
+    pthread_mutex_destroy(&log.mu);
+}
+
+/* ---- parent ------------------------------------------------------------------------ */
+
+struct req {
+    VIP_VI_HANDLE vi;
+    int round;
+    VIP_RETURN r;
+    VIP_VI_ATTRIBUTES ra;
+};
+
+static void *request_thread(void *arg)
+{
+    struct req *q = arg;
+    q->r = h_connect_ret(q->vi, cli[q->round], srv[q->round], 10000, &q->ra);
+    return NULL;
+}
+
+static void test_no_peer(VIP_NIC_HANDLE nic, VIP_PROTECTION_HANDLE t)
+{
+    char disc[80];
+    h_disc(disc, sizeof disc);
+    VIP_NET_ADDRESS *local = h_addr(disc);
+    VIP_NET_ADDRESS *remote = h_addr_room();
+    VIP_VI_ATTRIBUTES ra;
+    VIP_CONN_HANDLE conn;
+
+    double t0 = h_now_ms();
+    CHECK_RET(VipConnectWait(nic, local, 300, remote, &ra, &conn), VIP_TIMEOUT);
+    double el = h_now_ms() - t0;
+    CHECK_MSG(el >= 250 && el < 3000, "VipConnectWait(300 ms) returned after %.0f ms", el);
+
+    VIP_VI_ATTRIBUTES va = h_vi_attrs(t, VIP_SERVICE_RELIABLE_DELIVERY);
+    VIP_VI_HANDLE vi = h_vi(nic, &va, NULL, NULL, 0, 0, 0);
+    char nobody[80], me[80];
+    h_disc(nobody, sizeof nobody);
+    h_disc(me, sizeof me);
+    VIP_NET_ADDRESS *la = h_addr(me), *ra_addr = h_addr(nobody);
+    t0 = h_now_ms();
+    CHECK_RET(VipConnectRequest(vi, la, ra_addr, 5000, &ra), VIP_NO_MATCH);
+    el = h_now_ms() - t0;
+    CHECK_MSG(el < 1000, "VIP_NO_MATCH took %.0f ms (timeout 5000), expected at once", el);
+    CHECK_EQ(h_vi_state(vi), VIP_STATE_IDLE);
+
+    static const VIP_UINT8 elsewhere[4] = {192, 0, 2, 1}; /* TEST-NET-1 */
+    VIP_NET_ADDRESS *far = VipxAllocNetAddress(elsewhere, 4, nobody, (VIP_UINT16)strlen(nobody));
+    CHECK(far != NULL);
+    t0 = h_now_ms();
+    CHECK_RET(VipConnectRequest(vi, la, far, 5000, &ra), VIP_NOT_REACHABLE);
+    el = h_now_ms() - t0;
+    CHECK_MSG(el < 5000, "VIP_NOT_REACHABLE took %.0f ms", el);
+    CHECK_EQ(h_vi_state(vi), VIP_STATE_IDLE);
+    CHECK_OK(VipDestroyVi(vi));
+    free(far);
+    free(la);
+    free(ra_addr);
+    free(local);
+    free(remote);
+}
+
+int main(void)
+{
+    h_init("connect", 30);
+    for (int i = 0; i < NROUNDS; i++) {
+        h_disc(srv[i], sizeof srv[i]);
+        h_disc(cli[i], sizeof cli[i]);
+    }
+    h_peer p = h_fork(peer, NULL);
+    VIP_NIC_HANDLE nic = h_open_nic();
+    VIP_PROTECTION_HANDLE t = h_ptag(nic);
+    h_mem buf = h_mem_alloc(nic, t, 4 * 4096, 0);
+    h_descs d = h_descs_alloc(nic, t, 4);
+    test_no_peer(nic, t);
+
+    VIP_VI_ATTRIBUTES va = h_vi_attrs(t, VIP_SERVICE_RELIABLE_DELIVERY);
+    va.MaxTransferSize = CLIENT_MTU;
+    VIP_VI_HANDLE vi = h_vi(nic, &va, NULL, NULL, 0, 0, 0);
+    VIP_VI_ATTRIBUTES ra;
+
+    /* Rejected. */
+    CHECK_RET(h_connect_ret(vi, cli[R_REJECT], srv[R_REJECT], 10000, &ra), VIP_REJECT);
+    CHECK_EQ(h_vi_state(vi), VIP_STATE_IDLE);
+
+    /* Not answered in time. */
+    double t0 = h_now_ms();
+    VIP_RETURN r = h_connect_ret(vi, cli[R_TIMEOUT], srv[R_TIMEOUT], 500, &ra);
+    double el = h_now_ms() - t0;
+    CHECK_MSG(r == VIP_TIMEOUT, "unanswered request: %s, expected VIP_TIMEOUT",
+              VipxReturnString(r));
+    CHECK_MSG(el >= 450, "request with a 500 ms timeout gave up after %.0f ms", el);
+    CHECK_EQ(h_vi_state(vi), VIP_STATE_IDLE);
+    h_expect(p.fd, 'w');
+    h_signal(p.fd, 'T');
+
+    /* Reliability mismatch: the requester is rejected. */
+    CHECK_RET(h_connect_ret(vi, cli[R_MISMATCH], srv[R_MISMATCH], 10000, &ra), VIP_REJECT);
+    CHECK_EQ(h_vi_state(vi), VIP_STATE_IDLE);
+
+    /* The main connection, from the VI that timed out before. Receives pre-posted. */
+    h_post_recv1(vi, &d, 0, buf.ptr, buf.mh, 4096);
+    h_post_recv1(vi, &d, 1, buf.ptr + 4096, buf.mh, 4096);
+    pthread_t th;
+    struct req q = {vi, R_MAIN, VIP_SUCCESS, {0}};
+    CHECK(pthread_create(&th, NULL, request_thread, &q) == 0);
+    h_expect(p.fd, 'W');
+    VIP_VI_STATE s = h_wait_state(vi, VIP_STATE_CONNECT_PENDING, 2000);
+    CHECK_MSG(s == VIP_STATE_CONNECT_PENDING, "VI is %s while its request waits, expected CONNECT_PENDING",
+              h_state_str(s));
+    h_desc_prep(h_desc(&d, 2), 0, 0);
+    h_desc_add(h_desc(&d, 2), buf.ptr + 8192, buf.mh, 64);
+    CHECK_RET(VipPostSend(vi, h_desc(&d, 2), d.m.mh), VIP_INVALID_STATE);
+    VIP_VI_ATTRIBUTES changed = va;
+    changed.MaxTransferSize = 1000;
+    CHECK_RET(VipSetViAttributes(vi, &changed), VIP_INVALID_STATE);
+    CHECK_RET(VipDestroyVi(vi), VIP_INVALID_STATE);
+    h_signal(p.fd, 'A');
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK_MSG(q.r == VIP_SUCCESS, "main connection request: %s", VipxReturnString(q.r));
+    CHECK_EQ(q.ra.ReliabilityLevel, VIP_SERVICE_RELIABLE_DELIVERY);
+    CHECK_EQ(q.ra.MaxTransferSize, MAIN_MTU);
+    CHECK_EQ(q.ra.EnableRdmaWrite, VIP_TRUE);
+    CHECK_EQ(q.ra.EnableRdmaRead, VIP_FALSE);
+    CHECK_EQ(h_vi_state(vi), VIP_STATE_CONNECTED);
+
+    /* Accept on a busy VI: refused there, then rejected. */
+    VIP_VI_HANDLE vb = h_vi(nic, &va, NULL, NULL, 0, 0, 0);
+    CHECK_RET(h_connect_ret(vb, cli[R_BUSY], srv[R_BUSY], 10000, &ra), VIP_REJECT);
+    CHECK_OK(VipDestroyVi(vb));
+
+    /* Disconnect: IDLE here with the receives flushed; the peer checks its side. */
+    CHECK_OK(VipDisconnect(vi));
+    CHECK_EQ(h_vi_state(vi), VIP_STATE_IDLE);
+    for (unsigned i = 0; i < 2; i++) {
+        VIP_DESCRIPTOR *x = NULL;
+        CHECK_OK(VipRecvDone(vi, &x));
+        CHECK(x == h_desc(&d, i));
+        CHECK_ERR_STATUS(x, VIP_STATUS_DESC_FLUSHED_ERROR, VIP_STATUS_OP_RECEIVE);
+    }
+    VIP_DESCRIPTOR *x;
+    CHECK_RET(VipRecvDone(vi, &x), VIP_NOT_DONE);
+    h_signal(p.fd, 'X');
+    h_expect(p.fd, 'x');
+
+    /* The same VI connects again and carries data. */
+    h_connect(vi, cli[R_AGAIN], srv[R_AGAIN], NULL);
+    CHECK_EQ(h_vi_state(vi), VIP_STATE_CONNECTED);
+    h_fill_random(buf.ptr + 8192, 77, 77);
+    h_post_send1(vi, &d, 3, buf.ptr + 8192, buf.mh, 77, 0, 0);
+    CHECK_STATUS(h_send_done(vi), VIP_STATUS_DONE | VIP_STATUS_OP_SEND);
+
+    h_signal(p.fd, 'Q');
+    h_peer_finish(&p);
+    h_vi_teardown(vi);
+    h_mem_free(&buf);
+    h_descs_free(&d);
+    CHECK_OK(VipDestroyPtag(nic, t));
+    CHECK_OK(VipCloseNic(nic));
+    h_pass();
+}
