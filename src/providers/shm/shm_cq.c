@@ -69,12 +69,25 @@ void shm_destroy_cq(struct vipl_cq *ccq)
     pthread_mutex_destroy(&cq->lock);
 }
 
+/* Completions the CQ holds and has not reported yet: queued sends plus
+ * finished receives of every attached VI. Caller holds the CQ lock. */
+static uint64_t pending_entries(struct shm_cq *cq)
+{
+    uint64_t n = cq->tail - cq->head;
+    for (uint32_t i = 0; i < cq->nr; i++) {
+        struct shm_vi *v = cq->rvis[i];
+        for (uint32_t k = 0; k < v->depth && shm_vi_recv_ready(v, v->cq_reported + k); k++)
+            n++;
+    }
+    return n;
+}
+
 VIP_RETURN shm_resize_cq(struct vipl_cq *ccq, VIP_ULONG entries)
 {
     struct shm_cq *cq = shm_cq(ccq);
     pthread_mutex_lock(&cq->lock);
     uint32_t pending = cq->tail - cq->head;
-    if (entries < pending) {
+    if (entries < pending_entries(cq)) {
         pthread_mutex_unlock(&cq->lock);
         return VIP_INVALID_PARAMETER;
     }

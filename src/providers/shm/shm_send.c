@@ -158,8 +158,8 @@ static bool find_export(const struct shm_peer *p, VIP_MEM_HANDLE h, struct shm_r
         out->len = regs[i].len;
         out->base = regs[i].base;
         out->rx_off = regs[i].rx_off;
-        atomic_thread_fence(memory_order_acquire);
-        return atomic_load_explicit(&regs[i].handle, memory_order_relaxed) == h;
+        /* Seqlock-style re-check: a change while copying means "not found". */
+        return atomic_load_explicit(&regs[i].handle, memory_order_acquire) == h;
     }
     return false;
 }

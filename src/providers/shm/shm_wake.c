@@ -54,7 +54,7 @@ struct shm_wake shm_wake_of(void *obj, enum vipl_queue q)
 
 void shm_wake_local(struct shm_wake w)
 {
-    atomic_thread_fence(memory_order_seq_cst);
+    shm_full_barrier();
     if (atomic_load_explicit(w.armed, memory_order_relaxed)) {
         atomic_fetch_add_explicit(w.word, 1, memory_order_release);
         futex_wake(w.word, w.shared);
@@ -63,7 +63,7 @@ void shm_wake_local(struct shm_wake w)
 
 void shm_wake_peer(struct shm_peer *peer)
 {
-    atomic_thread_fence(memory_order_seq_cst);
+    shm_full_barrier();
     if (atomic_load_explicit(peer->wake_armed, memory_order_relaxed)) {
         atomic_fetch_add_explicit(peer->wake_word, 1, memory_order_release);
         futex_wake(peer->wake_word, true);
