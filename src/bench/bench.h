@@ -20,19 +20,21 @@ enum {
     BENCH_EXIT_UNAVAILABLE = 3, /* the transport cannot run on this machine */
 };
 
-enum bench_mode { BENCH_LAT, BENCH_BW, BENCH_SWEEP };
+enum bench_mode { BENCH_LAT, BENCH_BW, BENCH_SWEEP, BENCH_IDLE };
 
 struct bench_params {
     enum bench_mode mode;
     const char *transport;
     size_t size;     /* lat, bw: message size in bytes */
     uint64_t iters;  /* lat: round trips; 0 picks the default */
-    double seconds;  /* bw: streaming time */
+    double seconds;  /* bw: streaming time; idle: silent time */
     size_t max_size; /* sweep: largest size tried */
     bool json;       /* one JSON object per line instead of a table */
 };
 
 #define BENCH_DEFAULT_LAT_ITERS 100000u
+/* idle moves only control messages: the size the transports are set up for. */
+#define BENCH_CTRL_SIZE 64u
 #define BENCH_DEFAULT_BW_SECONDS 2.0
 #define BENCH_DEFAULT_MAX_SIZE ((size_t)8 << 20)
 /* Largest --size / --max-size accepted at all (per-transport limits apply too). */

@@ -63,7 +63,12 @@ extern const struct bench_transport bench_transport_ucx;
  * generic server, so every mode (and sweep's changing sizes and iteration
  * counts) works over every transport without the peer knowing the plan.
  */
-enum bench_op { BENCH_OP_PINGPONG = 1, BENCH_OP_STREAM = 2, BENCH_OP_QUIT = 3 };
+enum bench_op {
+    BENCH_OP_PINGPONG = 1,
+    BENCH_OP_STREAM = 2,
+    BENCH_OP_QUIT = 3,
+    BENCH_OP_IDLE = 4, /* the peer stays silent `count` microseconds, then replies */
+};
 
 struct bench_cmd {
     uint32_t op;
@@ -105,6 +110,15 @@ int bench_measure_bw(const struct bench_transport *t, void *ep, size_t size, dou
 int bench_measure_sweep(const struct bench_transport *t, void *ep, size_t max_size, bool json);
 int bench_send_quit(const struct bench_transport *t, void *ep);
 
+struct bench_idle_sample {
+    double seconds;     /* wall time the driver waited */
+    double cpu_percent; /* its CPU time (all threads, user + system) / wall time */
+};
+
+/* The driver blocks in recv_msg while the peer is silent for `seconds`. */
+int bench_measure_idle(const struct bench_transport *t, void *ep, double seconds,
+                       struct bench_idle_sample *out);
+
 /* Sweep sizes (NetPIPE: c-3, c, c+3 for c = 1, 2, 4, ...), sorted, deduped,
  * none above max_size. Returns the count; *sizes is malloc'd. */
 size_t bench_sweep_sizes(size_t max_size, size_t **sizes);
@@ -122,6 +136,7 @@ double bench_mean(const double *v, size_t n);
 void bench_out_lat(const char *transport, const struct bench_lat_sample *s, bool json,
                    bool with_mbps);
 void bench_out_bw(const char *transport, const struct bench_bw_sample *s, bool json);
+void bench_out_idle(const char *transport, const struct bench_idle_sample *s, bool json);
 void bench_out_unavailable(const char *transport, const char *why, bool json);
 
 /* ---- Processes and CPUs --------------------------------------------------- */

@@ -6,6 +6,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 /* Round trips per timed batch: enough that two clock reads per batch are
  * noise next to sub-microsecond round trips, few enough for a median. */
@@ -62,6 +64,14 @@ int bench_peer_serve(const struct bench_transport *t, void *ep)
             if (send_ctrl(t, ep, BENCH_OP_STREAM, c.size, n) != 0)
                 return -1;
             break;
+        case BENCH_OP_IDLE: {
+            struct timespec ts = {(time_t)(c.count / 1000000), (long)(c.count % 1000000) * 1000};
+            while (nanosleep(&ts, &ts) != 0)
+                ;
+            if (send_ctrl(t, ep, BENCH_OP_IDLE, 0, 0) != 0)
+                return -1;
+            break;
+        }
         case BENCH_OP_QUIT:
             return send_ctrl(t, ep, BENCH_OP_QUIT, 0, 0);
         default:
@@ -266,4 +276,32 @@ int bench_measure_sweep(const struct bench_transport *t, void *ep, size_t max_si
     }
     free(sizes);
     return rc;
+}
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+int bench_measure_idle(const struct bench_transport *t, void *ep, double seconds,
+                       struct bench_idle_sample *out)
+{
+    struct bench_cmd c;
+
+    if (send_ctrl(t, ep, BENCH_OP_IDLE, 0, (uint64_t)(seconds * 1e6)) != 0)
+        return -1;
+    double t0 = bench_now(), c0 = cpu_seconds();
+    if (recv_ctrl(t, ep, &c) != 0)
+        return -1;
+    double t1 = bench_now(), c1 = cpu_seconds();
+    if (c.op != BENCH_OP_IDLE) {
+        fprintf(stderr, "%s: bad reply to idle (op %u)\n", t->name, c.op);
+        return -1;
+    }
+    out->seconds = t1 - t0;
+    out->cpu_percent = out->seconds > 0 ? 100.0 * (c1 - c0) / out->seconds : 0.0;
+    return 0;
 }

@@ -55,6 +55,18 @@ void bench_out_bw(const char *transport, const struct bench_bw_sample *s, bool j
     fflush(stdout);
 }
 
+void bench_out_idle(const char *transport, const struct bench_idle_sample *s, bool json)
+{
+    if (json) {
+        printf("{\"transport\":\"%s\",\"seconds\":%.6g,\"cpu_percent\":%.6g}\n", transport,
+               s->seconds, s->cpu_percent);
+    } else {
+        printf("%-10s %10s %12s\n", "transport", "seconds", "cpu %");
+        printf("%-10s %10.3f %12.3f\n", transport, s->seconds, s->cpu_percent);
+    }
+    fflush(stdout);
+}
+
 void bench_out_unavailable(const char *transport, const char *why, bool json)
 {
     if (json) {

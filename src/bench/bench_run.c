@@ -46,6 +46,13 @@ static int drive(const struct bench_transport *t, void *ep, const struct bench_p
     }
     case BENCH_SWEEP:
         return bench_measure_sweep(t, ep, max_msg, p->json);
+    case BENCH_IDLE: {
+        struct bench_idle_sample s;
+        if (bench_measure_idle(t, ep, p->seconds, &s) != 0)
+            return -1;
+        bench_out_idle(t->name, &s, p->json);
+        return 0;
+    }
     }
     return -1;
 }

@@ -209,6 +209,9 @@ static int ucx_run_external(const struct bench_params *p)
         return ucx_bw(p);
     case BENCH_SWEEP:
         return ucx_sweep(p);
+    case BENCH_IDLE:
+        fprintf(stderr, "ucx: idle is not measured (ucx_perftest has no such test)\n");
+        return BENCH_EXIT_UNAVAILABLE;
     }
     return BENCH_EXIT_USAGE;
 }

@@ -25,6 +25,8 @@
  */
 #define VI_K 64
 #define VI_CREDIT_SLOTS 2
+/* Receive buffers span at most this many bytes (see vi_setup.c). */
+#define RECV_WORKING_SET (256u * 1024)
 #define VI_NRECV (VI_K + VI_CREDIT_SLOTS)
 
 /* Immediate data: top byte says what a message is. */
@@ -59,6 +61,7 @@ struct vi_ep {
     VIP_MEM_HANDLE arena_mh;
     bool arena_reg;
     size_t slot;
+    size_t nbuf; /* distinct receive buffers; descriptors share them round-robin */
     VIP_DESCRIPTOR *descs; /* VI_NRECV receive descriptors + 1 send descriptor */
     VIP_MEM_HANDLE desc_mh;
     bool desc_reg;

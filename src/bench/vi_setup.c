@@ -57,7 +57,7 @@ void vi_fill_recv(struct vi_ep *ep, VIP_DESCRIPTOR *d)
     memset(d, 0, sizeof *d);
     d->CS.Control = VIP_CONTROL_OP_SENDRECV;
     d->CS.SegCount = 1;
-    d->DS[0].Local.Data.Address = ep->arena + i * ep->slot;
+    d->DS[0].Local.Data.Address = ep->arena + (i % ep->nbuf) * ep->slot;
     d->DS[0].Local.Handle = ep->arena_mh;
     /* Exactly the largest message: a longer buffer could exceed the VI's
      * MaxTransferSize. Slots are only spaced to cache lines. */
@@ -75,15 +75,15 @@ static int alloc_memory(struct vi_ep *ep)
     rc = VipxViArena(ep->vi, &base, &ep->arena_len);
     if (rc != VIP_SUCCESS)
         return vi_fail(ep, "VipxViArena", rc);
-    if (!base || ep->arena_len < VI_NRECV * ep->slot) {
+    if (!base || ep->arena_len < ep->nbuf * ep->slot) {
         fprintf(stderr, "%s: arena is %lu bytes, %zu needed\n", ep->name,
-                (unsigned long)ep->arena_len, VI_NRECV * ep->slot);
+                (unsigned long)ep->arena_len, ep->nbuf * ep->slot);
         return -1;
     }
     ep->arena = base;
     /* Touch every page now: first-touch faults on a large arena would
      * otherwise land in the timed loops (ping-pong cycles through all slots). */
-    memset(ep->arena, 0, VI_NRECV * ep->slot);
+    memset(ep->arena, 0, ep->nbuf * ep->slot);
     rc = VipRegisterMem(ep->nic, ep->arena, ep->arena_len, &ma, &ep->arena_mh);
     if (rc != VIP_SUCCESS)
         return vi_fail(ep, "VipRegisterMem(arena)", rc);
@@ -227,7 +227,15 @@ int vi_open(struct vi_shared *sh, enum bench_role role, size_t max_msg, struct v
     va.Ptag = ep->ptag;
     memset(&cfg, 0, sizeof cfg);
     cfg.QueueDepth = 2 * VI_NRECV;
-    cfg.ArenaBytes = ((VI_NRECV * ep->slot) + 4095) & ~(size_t)4095;
+    /* Receive buffers are reused round-robin within RECV_WORKING_SET, as
+     * ucx_perftest and NetPIPE reuse theirs: the data is never examined, and
+     * cycling megabytes of distinct buffers would measure cache misses. */
+    ep->nbuf = RECV_WORKING_SET / ep->slot;
+    if (ep->nbuf < 1)
+        ep->nbuf = 1;
+    if (ep->nbuf > VI_NRECV)
+        ep->nbuf = VI_NRECV;
+    cfg.ArenaBytes = ((ep->nbuf * ep->slot) + 4095) & ~(size_t)4095;
     rc = VipxCreateVi(ep->nic, &va, NULL, NULL, &cfg, &ep->vi);
     if (rc != VIP_SUCCESS) {
         ep->vi = NULL;

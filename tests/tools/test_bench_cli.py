@@ -52,7 +52,8 @@ class Help(unittest.TestCase):
     def test_mode_help(self):
         for mode, words in [("lat", ["--transport", "--size", "--iters", "--json"]),
                             ("bw", ["--transport", "--size", "--seconds", "--json"]),
-                            ("sweep", ["--transport", "--max-size", "--json", "1 s"])]:
+                            ("sweep", ["--transport", "--max-size", "--json", "1 s"]),
+                            ("idle", ["--transport", "--seconds", "--json", "cpu"])]:
             with self.subTest(mode=mode):
                 rc, out, _ = run("bench", mode, "--help")
                 self.assertEqual(rc, 0)
@@ -127,6 +128,20 @@ class Runs(unittest.TestCase):
                 recs = json_lines(out)
                 self.assertEqual(len(recs), 1, out)
                 self.check_bw(recs[0], t, 4096)
+
+    def test_idle_blocking_waiters_sleep(self):
+        # Functional, not a performance bound: a blocked receiver must sleep
+        # in the kernel rather than spin (a spinning one shows ~100).
+        for t in ["vi-block", "vi-notify", "tcp"]:
+            with self.subTest(transport=t):
+                rc, out, err = run("bench", "idle", "--transport", t, "--seconds", "0.5",
+                                   "--json")
+                self.assertEqual(rc, 0, err)
+                recs = json_lines(out)
+                self.assertEqual(len(recs), 1, out)
+                self.assertEqual(recs[0]["transport"], t)
+                self.assertGreaterEqual(recs[0]["seconds"], 0.5)
+                self.assertLess(recs[0]["cpu_percent"], 50, recs[0])
 
     def test_large_messages(self):
         # Multi-page messages: partial socket writes, arena slots, etc.

@@ -23,6 +23,8 @@ static const struct option lat_opts[] = {
 static const struct option bw_opts[] = {
     O_TRANSPORT, O_SIZE, {"seconds", required_argument, NULL, OPT_SECONDS}, O_JSON, O_HELP,
     O_END};
+static const struct option idle_opts[] = {
+    O_TRANSPORT, {"seconds", required_argument, NULL, OPT_SECONDS}, O_JSON, O_HELP, O_END};
 static const struct option sweep_opts[] = {
     O_TRANSPORT, {"max-size", required_argument, NULL, OPT_MAX_SIZE}, O_JSON, O_HELP, O_END};
 
@@ -81,6 +83,18 @@ static const struct bench_mode_desc modes[] = {
      "  --json         one JSON object per line and size: transport, size, iters,\n"
      "                 one_way_p50_us, one_way_mean_us, mbps\n",
      sweep_opts},
+    {"idle", BENCH_IDLE, "CPU used by a receiver waiting on a silent peer",
+     "usage: sovia bench idle --transport T [--seconds S] [--json]\n"
+     "\n"
+     "The peer stays silent for S seconds while the driver waits in its receive\n"
+     "call, then answers. Reports the driver's CPU time over that wait (all its\n"
+     "threads, user + system) as a percentage of one core: about 100 for polling\n"
+     "transports, near 0 for blocking ones.\n"
+     "\n"
+     "  --transport T  see 'sovia bench --help' for the list\n"
+     "  --seconds S    how long the peer stays silent (default 2)\n"
+     "  --json         one JSON object: transport, seconds, cpu_percent\n",
+     idle_opts},
 };
 
 #define NMODES (sizeof modes / sizeof modes[0])
@@ -89,7 +103,7 @@ static void bench_usage(FILE *f)
 {
     const char *const *names = bench_transport_names();
 
-    fprintf(f, "usage: sovia bench <lat|bw|sweep> --transport T [options]\n"
+    fprintf(f, "usage: sovia bench <lat|bw|sweep|idle> --transport T [options]\n"
                "\n"
                "Measures message latency and bandwidth between two processes on this host.\n"
                "Polling transports pin the two processes to different CPUs.\n"
@@ -158,7 +172,9 @@ static int parse_mode(const struct bench_mode_desc *m, int argc, char **argv)
         return cli_usage_error(where, "unexpected argument '%s'", argv[optind]);
     if (!p.transport)
         return cli_usage_error(where, "--transport is required (see sovia bench --help)");
-    if (m->mode != BENCH_SWEEP && !have_size)
+    if (m->mode == BENCH_IDLE)
+        p.size = BENCH_CTRL_SIZE;
+    else if (m->mode != BENCH_SWEEP && !have_size)
         return cli_usage_error(where, "--size is required");
     return bench_run(&p);
 }
@@ -176,5 +192,5 @@ int cmd_bench(int argc, char **argv)
     for (size_t i = 0; i < NMODES; i++)
         if (strcmp(argv[1], modes[i].name) == 0)
             return parse_mode(&modes[i], argc - 1, argv + 1);
-    return cli_usage_error("bench", "unknown mode '%s' (lat, bw or sweep)", argv[1]);
+    return cli_usage_error("bench", "unknown mode '%s' (lat, bw, sweep or idle)", argv[1]);
 }
