@@ -12,9 +12,13 @@
  */
 #include "harness.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 
-enum { R_REJECT, R_TIMEOUT, R_MISMATCH, R_MAIN, R_BUSY, R_AGAIN, NROUNDS };
+enum { R_REJECT, R_TIMEOUT, R_MISMATCH, R_MAIN, R_BUSY, R_AGAIN, R_QUEUED, R_IFADDR, NROUNDS };
 static char srv[NROUNDS][80], cli[NROUNDS][80];
 
 #define MAIN_MTU 123456
@@ -129,7 +133,28 @@ static void peer(int fd, void *arg)
     CHECK_EQ(x->CS.Length, 77);
     CHECK_RANDOM(buf.ptr, 77, 77);
 
+    /* A request that arrives between two VipConnectWait calls is queued. */
+    VIP_VI_HANDLE vq = h_vi(nic, &va, NULL, NULL, 0, 0, 0);
+    VIP_NET_ADDRESS *lq = h_addr(srv[R_QUEUED]), *rq = h_addr_room();
+    CHECK_RET(VipConnectWait(nic, lq, 100, rq, &ra, &conn), VIP_TIMEOUT);
+    free(lq);
+    free(rq);
+    h_signal(fd, 'L');
+    h_sleep_ms(300); /* the parent's request arrives meanwhile */
+    double t0 = h_now_ms();
+    conn = wait_request(nic, R_QUEUED, &ra);
+    CHECK_MSG(h_now_ms() - t0 < 1000, "the queued request took %.0f ms to be seen",
+              h_now_ms() - t0);
+    CHECK_OK(VipConnectAccept(conn, vq));
+
+    /* A request addressed to another address of this host. */
+    VIP_VI_HANDLE vh = h_vi(nic, &va, NULL, NULL, 0, 0, 0);
+    conn = wait_request(nic, R_IFADDR, &ra);
+    CHECK_OK(VipConnectAccept(conn, vh));
+
     h_expect(fd, 'Q');
+    h_vi_teardown(vq);
+    h_vi_teardown(vh);
     h_vi_teardown(va2);
     h_mem_free(&buf);
     h_descs_free(&d);
@@ -152,6 +177,18 @@ static void *request_thread(void *arg)
     struct req *q = arg;
     q->r = h_connect_ret(q->vi, cli[q->round], srv[q->round], 10000, &q->ra);
     return NULL;
+}
+
+static int is_local(const VIP_UINT8 *host)
+{
+    struct ifaddrs *ifs = NULL;
+    int found = 0;
+    CHECK(getifaddrs(&ifs) == 0);
+    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
+            found = memcmp(&((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, host, 4) == 0;
+    freeifaddrs(ifs);
+    return found;
 }
 
 static void test_no_peer(VIP_NIC_HANDLE nic, VIP_PROTECTION_HANDLE t)
@@ -180,7 +217,13 @@ static void test_no_peer(VIP_NIC_HANDLE nic, VIP_PROTECTION_HANDLE t)
     CHECK_MSG(el < 1000, "VIP_NO_MATCH took %.0f ms (timeout 5000), expected at once", el);
     CHECK_EQ(h_vi_state(vi), VIP_STATE_IDLE);
 
-    static const VIP_UINT8 elsewhere[4] = {192, 0, 2, 1}; /* TEST-NET-1 */
+    /* A documentation-range address that is not one of ours. */
+    static const VIP_UINT8 candidates[3][4] = {{192, 0, 2, 1}, {198, 51, 100, 1}, {203, 0, 113, 1}};
+    const VIP_UINT8 *elsewhere = NULL;
+    for (int c = 0; c < 3 && !elsewhere; c++)
+        if (!is_local(candidates[c]))
+            elsewhere = candidates[c];
+    CHECK(elsewhere != NULL);
     VIP_NET_ADDRESS *far = VipxAllocNetAddress(elsewhere, 4, nobody, (VIP_UINT16)strlen(nobody));
     CHECK(far != NULL);
     t0 = h_now_ms();
@@ -286,8 +329,50 @@ int main(void)
     h_post_send1(vi, &d, 3, buf.ptr + 8192, buf.mh, 77, 0, 0);
     CHECK_STATUS(h_send_done(vi), VIP_STATUS_DONE | VIP_STATUS_OP_SEND);
 
+    /* Queued request: the peer is listening but not waiting when it arrives. */
+    VIP_VI_HANDLE vq = h_vi(nic, &va, NULL, NULL, 0, 0, 0);
+    h_expect(p.fd, 'L');
+    VIP_NET_ADDRESS *lq = h_addr(cli[R_QUEUED]), *rq = h_addr(srv[R_QUEUED]);
+    t0 = h_now_ms();
+    r = VipConnectRequest(vq, lq, rq, 10000, &ra);
+    el = h_now_ms() - t0;
+    CHECK_MSG(r == VIP_SUCCESS, "request to a listening peer that was not waiting: %s",
+              VipxReturnString(r));
+    h_log("queued request accepted after %.0f ms (the peer waits again after 300 ms)", el);
+    CHECK_EQ(h_vi_state(vq), VIP_STATE_CONNECTED);
+    free(lq);
+    free(rq);
+
+    /* Any address of this host reaches the peer. */
+    VIP_UINT8 host[4];
+    memcpy(host, h_loopback, 4);
+    struct ifaddrs *ifs = NULL, *i;
+    if (getifaddrs(&ifs) == 0) {
+        for (i = ifs; i; i = i->ifa_next)
+            if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+                !(i->ifa_flags & IFF_LOOPBACK)) {
+                memcpy(host, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, 4);
+                break;
+            }
+        freeifaddrs(ifs);
+    }
+    h_log("requesting via host address %u.%u.%u.%u", host[0], host[1], host[2], host[3]);
+    VIP_VI_HANDLE vh = h_vi(nic, &va, NULL, NULL, 0, 0, 0);
+    VIP_NET_ADDRESS *lh = h_addr(cli[R_IFADDR]);
+    VIP_NET_ADDRESS *rh = VipxAllocNetAddress(host, 4, srv[R_IFADDR], (VIP_UINT16)strlen(srv[R_IFADDR]));
+    CHECK(rh != NULL);
+    t0 = h_now_ms();
+    while ((r = VipConnectRequest(vh, lh, rh, 10000, &ra)) == VIP_NO_MATCH && h_now_ms() - t0 < 5000)
+        h_sleep_ms(10);
+    CHECK_MSG(r == VIP_SUCCESS, "request to %u.%u.%u.%u (this host): %s", host[0], host[1],
+              host[2], host[3], VipxReturnString(r));
+    free(lh);
+    free(rh);
+
     h_signal(p.fd, 'Q');
     h_peer_finish(&p);
+    h_vi_teardown(vq);
+    h_vi_teardown(vh);
     h_vi_teardown(vi);
     h_mem_free(&buf);
     h_descs_free(&d);

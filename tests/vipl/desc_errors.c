@@ -156,11 +156,14 @@ static VIP_DESCRIPTOR *complete_bad_recv(VIP_VI_HANDLE vi, int fd)
     return h_recv_wait(vi, 2000);
 }
 
-/* Peer side of complete_bad_recv. */
-static void maybe_send(int fd, VIP_VI_HANDLE vi, h_descs *d, h_mem *src, int k)
+/* Peer side of complete_bad_recv: 'M' sends 500 bytes of pattern 300 + k,
+ * 'N' sends nothing; returns 0 on 'G' (end of the receive-side cases). */
+static int maybe_send(int fd, VIP_VI_HANDLE vi, h_descs *d, h_mem *src, int k)
 {
     char what = 0;
     h_xrecv(fd, &what, 1);
+    if (what == 'G')
+        return 0;
     if (what == 'M') {
         h_fill_random(src->ptr, 500, 300 + k);
         h_post_send1(vi, d, 1, src->ptr, src->mh, 500, 0, 0);
@@ -172,6 +175,7 @@ static void maybe_send(int fd, VIP_VI_HANDLE vi, h_descs *d, h_mem *src, int k)
     } else {
         CHECK(what == 'N');
     }
+    return 1;
 }
 
 /* ---- peer U: unreliable, one connection for all cases -------------------------- */
@@ -210,12 +214,11 @@ static void peer_u(int fd, void *arg)
     CHECK_EQ(st.BytesReceived, 16);
     h_signal(fd, 'V');
 
-    /* Receive-side cases: the parent may ask for a message per case. */
-    for (int k = 0; k < NCASES; k++)
-        maybe_send(fd, vi, &d, &src, k);
+    /* Receive-side cases: the parent may ask for a message per step. */
+    for (int k = 0; maybe_send(fd, vi, &d, &src, k); k++) {
+    }
 
     /* Still usable: the parent posted a good receive. */
-    h_expect(fd, 'G');
     h_fill_random(src.ptr, 700, 777);
     h_post_send1(vi, &d, 1, src.ptr, src.mh, 700, 0, 0);
     CHECK_STATUS(h_send_done(vi), VIP_STATUS_DONE | VIP_STATUS_OP_SEND);
@@ -313,9 +316,32 @@ static void run_unreliable(h_peer *p, VIP_NIC_HANDLE nic, h_errlog *log)
     h_signal(p->fd, 'S');
     h_expect(p->fd, 'V');
 
-    for (int k = 0; k < NCASES; k++) {
+    /* In order: a bad receive behind a pending good one is not reported first. */
+    int step = 0;
+    memset(c.big, CANARY, BIG);
+    h_post_recv1(vi, &c.d, 3, c.B.ptr, c.B.mh, PAGE);
+    VIP_DESCRIPTOR *bad;
+    VIP_MEM_HANDLE bdh = build(&c, 0, &bad);
+    CHECK_OK(VipPostRecv(vi, bad, bdh));
+    VIP_DESCRIPTOR *x = NULL;
+    CHECK_RET(VipRecvDone(vi, &x), VIP_NOT_DONE);
+    CHECK_RET(VipRecvWait(vi, 200, &x), VIP_TIMEOUT);
+    h_signal(p->fd, 'M');
+    h_expect(p->fd, 'D');
+    x = h_recv_wait(vi, 2000);
+    CHECK_MSG(x == h_desc(&c.d, 3), "the good receive posted first did not complete first");
+    CHECK_STATUS(x, VIP_STATUS_DONE | VIP_STATUS_OP_RECEIVE);
+    CHECK_EQ(x->CS.Length, 500);
+    CHECK_RANDOM(c.B.ptr, 500, 300 + step);
+    step++;
+    x = complete_bad_recv(vi, p->fd);
+    step++;
+    CHECK(x == bad);
+    check_bad(x, 0, "receive (behind a good one)");
+    CHECK_BYTES(c.A.ptr, c.A.len, CANARY);
+
+    for (int k = 0; k < NCASES; k++, step++) {
         memset(c.big, CANARY, BIG);
-        VIP_DESCRIPTOR *x;
         VIP_MEM_HANDLE dh = build(&c, k, &x);
         CHECK_OK(VipPostRecv(vi, x, dh));
         VIP_DESCRIPTOR *y = complete_bad_recv(vi, p->fd);
@@ -329,7 +355,7 @@ static void run_unreliable(h_peer *p, VIP_NIC_HANDLE nic, h_errlog *log)
     memset(c.big, CANARY, BIG);
     h_post_recv1(vi, &c.d, 2, c.A.ptr, c.A.mh, PAGE);
     h_signal(p->fd, 'G');
-    VIP_DESCRIPTOR *x = h_recv_wait(vi, 5000);
+    x = h_recv_wait(vi, 5000);
     CHECK(x == h_desc(&c.d, 2));
     CHECK_STATUS(x, VIP_STATUS_DONE | VIP_STATUS_OP_RECEIVE);
     CHECK_EQ(x->CS.Length, 700);

@@ -88,10 +88,11 @@ static double wait_error_and_report(struct side *s, h_errlog *log, int errs, dou
 {
     double st_at = -1, cb_at = -1;
     VIP_ERROR_CODE code = VIP_ERROR_CATASTROPHIC;
+    pthread_t thr;
     while (h_now_ms() - t0 < 3000 && (st_at < 0 || cb_at < 0)) {
         if (st_at < 0 && h_vi_state(s->vi) == VIP_STATE_ERROR)
             st_at = h_now_ms();
-        if (cb_at < 0 && h_errlog_since(log, errs, s->vi, &code, NULL) > 0)
+        if (cb_at < 0 && h_errlog_since(log, errs, s->vi, &code, &thr) > 0)
             cb_at = h_now_ms();
         h_sleep_ms(1);
     }
@@ -100,6 +101,9 @@ static double wait_error_and_report(struct side *s, h_errlog *log, int errs, dou
     CHECK_MSG(cb_at >= 0, "%s: error handler not called within 3 s", what);
     CHECK_MSG(code == VIP_ERROR_CONN_LOST, "%s: error handler got %s, expected CONN_LOST", what,
               h_errcode_str(code));
+    /* Asynchronous errors are reported on the provider's agent thread. */
+    CHECK_MSG(!pthread_equal(thr, pthread_self()),
+              "%s: CONN_LOST reported on the application's thread", what);
     h_log("%s: VI ERROR after %.0f ms, error handler after %.0f ms", what, st_at - t0,
           cb_at - t0);
     CHECK_MSG(st_at - t0 <= DEADLINE_MS, "%s: VI ERROR only after %.0f ms", what, st_at - t0);

@@ -174,6 +174,10 @@ int main(void)
 
     VIP_NIC_HANDLE nic = h_open_nic();
     VIP_NIC_HANDLE other = h_open_nic();
+    /* A handler, then NULL: the default handler (which only counts) is back. */
+    static h_errlog log;
+    h_errlog_install(nic, &log);
+    CHECK_OK(VipErrorCallback(nic, NULL, NULL));
     test_create_errors(nic, other);
     test_query_set(nic);
 
@@ -277,10 +281,24 @@ int main(void)
     h_fill_random(buf.ptr + 8192, 100, 200);
     h_post_send1(vi, &d, 6, buf.ptr + 8192, buf.mh, 100, 0, 0);
     check_query(vi, VIP_STATE_CONNECTED, &a, VIP_FALSE, VIP_FALSE);
+    /* Completed sends hold their queue slots until dequeued: 4 fit, the 5th does not.
+     * (The peer has no more receives: this unreliable VI drops the three.) */
+    for (unsigned i = 10; i < 13; i++)
+        h_post_send1(vi, &d, i, buf.ptr + 8192, buf.mh, 64, 0, 0);
+    h_desc_prep(h_desc(&d, 13), 0, 0);
+    h_desc_add(h_desc(&d, 13), buf.ptr + 8192, buf.mh, 64);
+    CHECK_RET(VipPostSend(vi, h_desc(&d, 13), d.m.mh), VIP_ERROR_RESOURCE);
     x = h_send_done(vi);
     CHECK(x == h_desc(&d, 6));
     CHECK_STATUS(x, VIP_STATUS_DONE | VIP_STATUS_OP_SEND);
     CHECK_EQ(x->CS.Length, 100);
+    for (unsigned i = 10; i < 13; i++) {
+        x = h_send_done(vi);
+        CHECK(x == h_desc(&d, i));
+        CHECK_STATUS(x, VIP_STATUS_DONE | VIP_STATUS_OP_SEND);
+    }
+    CHECK_OK(VipxQueryViStats(vi, &st));
+    CHECK_EQ(st.DroppedNoRecv, 3);
     check_query(vi, VIP_STATE_CONNECTED, &a, VIP_TRUE, VIP_FALSE);
     h_signal(p.fd, 'M');
 
@@ -289,6 +307,8 @@ int main(void)
     VIP_VI_STATE s = h_wait_state(vi, VIP_STATE_ERROR, 2000);
     CHECK_MSG(s == VIP_STATE_ERROR, "after the peer's VipDisconnect the VI is %s, expected ERROR",
               h_state_str(s));
+    h_sleep_ms(50);
+    CHECK_MSG(h_errlog_count(&log) == 0, "the handler removed with VipErrorCallback(NULL) was called");
     x = h_recv_wait(vi, 2000);
     CHECK(x == h_desc(&d, 5));
     CHECK_ERR_STATUS(x, VIP_STATUS_DESC_FLUSHED_ERROR, VIP_STATUS_OP_RECEIVE);
