@@ -202,6 +202,42 @@ static void test_query_set(VIP_NIC_HANDLE nic)
     CHECK_OK(VipDestroyPtag(nic, t2));
 }
 
+/* The advertised limits are usable: MaxPtags tags, MaxRegisterRegions regions. */
+static void test_limits(VIP_NIC_HANDLE nic)
+{
+    VIP_NIC_ATTRIBUTES na;
+    CHECK_OK(VipQueryNic(nic, &na));
+    CHECK_EQ(na.MaxPtags, 1024);
+    CHECK_EQ(na.MaxRegisterRegions, 65536);
+    VIP_PROTECTION_HANDLE *tags = calloc(na.MaxPtags, sizeof *tags);
+    CHECK(tags != NULL);
+    for (VIP_ULONG i = 0; i < na.MaxPtags; i++) {
+        VIP_RETURN r = VipCreatePtag(nic, &tags[i]);
+        CHECK_MSG(r == VIP_SUCCESS, "ptag %lu of %lu: %s", i + 1, na.MaxPtags,
+                  VipxReturnString(r));
+    }
+    for (VIP_ULONG i = 0; i < na.MaxPtags; i++)
+        CHECK_OK(VipDestroyPtag(nic, tags[i]));
+    free(tags);
+
+    VIP_PROTECTION_HANDLE t = h_ptag(nic);
+    size_t n = na.MaxRegisterRegions;
+    unsigned char *mem = aligned_alloc(64, n * 64);
+    VIP_MEM_HANDLE *mh = calloc(n, sizeof *mh);
+    CHECK(mem != NULL && mh != NULL);
+    VIP_MEM_ATTRIBUTES a = {t, VIP_FALSE, VIP_FALSE};
+    for (size_t i = 0; i < n; i++) {
+        VIP_RETURN r = VipRegisterMem(nic, mem + 64 * i, 64, &a, &mh[i]);
+        CHECK_MSG(r == VIP_SUCCESS, "region %zu of %zu: %s", i + 1, n, VipxReturnString(r));
+    }
+    check_mem_attrs(nic, mem + 64 * (n - 1), mh[n - 1], t, VIP_FALSE);
+    for (size_t i = 0; i < n; i++)
+        CHECK_OK(VipDeregisterMem(nic, mem + 64 * i, mh[i]));
+    free(mh);
+    free(mem);
+    CHECK_OK(VipDestroyPtag(nic, t));
+}
+
 int main(void)
 {
     h_init("ptag_mem", 30);
@@ -212,6 +248,7 @@ int main(void)
     test_any_memory(nic);
     test_deregister_and_stale(nic);
     test_query_set(nic);
+    test_limits(nic);
     CHECK_OK(VipCloseNic(other));
     CHECK_OK(VipCloseNic(nic));
     h_pass();

@@ -5,6 +5,7 @@
  *   2. the same into ordinary (staged) buffers,
  *   3. scatter receives and gather sends (arena, staged and mixed),
  *   4. 300 posted receives completing strictly in posting order,
+ *   4b. one message of exactly MaxTransferSize (4 MiB),
  *   5. the reverse direction, 1 MiB into the parent's arena and staging.
  * Every byte is checked, so are the bytes around each buffer (a canary),
  * Status / Length / ImmediateData of every completion and the VI statistics.
@@ -131,11 +132,11 @@ static void peer(int fd, void *arg)
     VIP_NIC_HANDLE nic = h_open_nic();
     VIP_PROTECTION_HANDLE t = h_ptag(nic);
     VIP_VI_ATTRIBUTES va = h_vi_attrs(t, c->rel);
-    VIP_VI_HANDLE vi = h_vi(nic, &va, NULL, NULL, 512, 4 * H_MIB, 4 * H_MIB);
+    VIP_VI_HANDLE vi = h_vi(nic, &va, NULL, NULL, 512, 4 * H_MIB, 9 * H_MIB);
     VIP_PVOID abase;
     VIP_ULONG alen;
     CHECK_OK(VipxViArena(vi, &abase, &alen));
-    CHECK(abase != NULL && alen >= 4 * H_MIB);
+    CHECK(abase != NULL && alen >= 9 * H_MIB);
     h_mem ar = h_mem_reg(nic, t, abase, alen, 0);
     h_mem st = h_mem_alloc(nic, t, 2 * H_MIB, 0);
     h_descs d = h_descs_alloc(nic, t, 18 + 4 + NMANY);
@@ -219,9 +220,21 @@ static void peer(int fd, void *arg)
     VIP_DESCRIPTOR *none;
     CHECK_RET(VipRecvDone(vi, &none), VIP_NOT_DONE);
 
+    /* Phase 4b: one message of exactly MaxTransferSize (4 MiB). */
+    unsigned char *big = ar.ptr + bump(&aoff, H_NIC_MTU + SLACK, ar.len);
+    memset(big, CANARY, H_NIC_MTU + SLACK);
+    /* (A receive longer than MaxTransferSize would itself be a LENGTH_ERROR.) */
+    h_post_recv1(vi, &d, 0, big, ar.mh, H_NIC_MTU);
+    h_signal(fd, '6');
+    VIP_DESCRIPTOR *bx = h_recv_wait(vi, 10000);
+    check_recv(bx, h_desc(&d, 0), H_NIC_MTU, 0, 0);
+    CHECK_RANDOM(big, H_NIC_MTU, 6000);
+    CHECK_BYTES(big + H_NIC_MTU, SLACK, CANARY);
+    bytes += H_NIC_MTU;
+
     VIPX_VI_STATS stats;
     CHECK_OK(VipxQueryViStats(vi, &stats));
-    CHECK_EQ(stats.RecvsCompleted, 2 * NSIZES + 4 + NMANY);
+    CHECK_EQ(stats.RecvsCompleted, 2 * NSIZES + 4 + NMANY + 1);
     CHECK_EQ(stats.BytesReceived, bytes);
     /* Staged: phase 2, the staged and the mixed scatter, the odd phase-4 receives. */
     CHECK_EQ(stats.StagedRecvs, NSIZES + 2 + NMANY / 2);
@@ -275,7 +288,7 @@ static void run(struct cfg *c, h_peer *p, VIP_NIC_HANDLE nic)
     CHECK_OK(VipxViArena(vi, &abase, &alen));
     CHECK(abase != NULL && alen >= 2 * H_MIB);
     h_mem ar = h_mem_reg(nic, t, abase, alen, 0);
-    h_mem src = h_mem_alloc(nic, t, 2 * H_MIB, 0);
+    h_mem src = h_mem_alloc(nic, t, H_NIC_MTU, 0);
     h_mem st = h_mem_alloc(nic, t, H_MIB + SLACK, 0);
     h_descs d = h_descs_alloc(nic, t, 4);
     h_descs sd = h_descs_alloc(nic, t, 1);
@@ -365,6 +378,14 @@ static void run(struct cfg *c, h_peer *p, VIP_NIC_HANDLE nic)
         sent += 16;
     }
 
+    /* Phase 4b. */
+    h_expect(p->fd, '6');
+    h_fill_random(src.ptr, H_NIC_MTU, 6000);
+    h_desc_prep(x, 0, 0);
+    h_desc_add(x, src.ptr, src.mh, H_NIC_MTU);
+    send_and_check(vi, &sd, 0, H_NIC_MTU);
+    sent += H_NIC_MTU;
+
     /* Phase 5: the peer sends 1 MiB into our arena, then into staging. */
     h_expect(p->fd, '5');
     x = h_recv_wait(vi, 10000);
@@ -378,7 +399,7 @@ static void run(struct cfg *c, h_peer *p, VIP_NIC_HANDLE nic)
 
     VIPX_VI_STATS stats;
     CHECK_OK(VipxQueryViStats(vi, &stats));
-    CHECK_EQ(stats.SendsCompleted, 2 * NSIZES + 4 + NMANY);
+    CHECK_EQ(stats.SendsCompleted, 2 * NSIZES + 4 + NMANY + 1);
     CHECK_EQ(stats.BytesSent, sent);
     CHECK_EQ(stats.RecvsCompleted, 2);
     CHECK_EQ(stats.BytesReceived, 2 * H_MIB);

@@ -127,6 +127,12 @@ static void test_create_errors(VIP_NIC_HANDLE nic, VIP_NIC_HANDLE other)
     a.EnableRdmaRead = VIP_TRUE;
     CHECK_RET(VipCreateVi(nic, &a, NULL, NULL, &vi), VIP_INVALID_RDMAREAD);
 
+    /* The deepest queue the NIC advertises. */
+    a = h_vi_attrs(t, VIP_SERVICE_UNRELIABLE);
+    VIPX_VI_CONFIG cfg = {4096, 0, 0};
+    CHECK_OK(VipxCreateVi(nic, &a, NULL, NULL, &cfg, &vi));
+    CHECK_OK(VipDestroyVi(vi));
+
     /* QoS is ignored, whatever it points at. */
     a = h_vi_attrs(t, VIP_SERVICE_UNRELIABLE);
     static char qos_blob[16];
