@@ -126,7 +126,8 @@ static void peer(int fd, void *arg)
     case 5:
         h_post_recv1(vi, &d, 0, ar.ptr, ar.mh, 2000);
         h_accept(nic, vi, c->srv, NULL);
-        x = h_recv_wait(vi, 5000); /* at once, or when the parent's first message meets it */
+        h_expect(fd, 'S'); /* the first message has met R0, or found nothing posted */
+        x = h_recv_wait(vi, 5000);
         CHECK(x == h_desc(&d, 0));
         CHECK_ERR_STATUS(x, VIP_STATUS_LENGTH_ERROR, VIP_STATUS_OP_RECEIVE);
         CHECK_BYTES(ar.ptr, 16384, CANARY);
@@ -235,6 +236,7 @@ static void run(struct cfg *c, h_peer *p, VIP_NIC_HANDLE nic, h_errlog *log)
         h_fill_random(src.ptr, 10, 50);
         h_post_send1(vi, &d, 0, src.ptr, src.mh, 10, 0, 0);
         CHECK_STATUS(h_send_done(vi), VIP_STATUS_DONE | VIP_STATUS_OP_SEND);
+        h_signal(p->fd, 'S');
         h_expect(p->fd, 'C');
         h_fill_random(src.ptr, 10, 51);
         h_post_send1(vi, &d, 1, src.ptr, src.mh, 10, 0, 0);
