@@ -62,6 +62,15 @@ typedef struct {
 
 VIP_RETURN VipxQueryViStats(VIP_VI_HANDLE ViHandle, VIPX_VI_STATS *Stats);
 
+/*
+ * How long VipSendWait, VipRecvWait and VipCQWait poll before they sleep,
+ * in microseconds, for every queue of the NIC. Spinning for about what a
+ * sleep and wake-up costs bounds the waiter's time at twice the best
+ * possible while leaving an idle waiter asleep. Default 20 (environment:
+ * SOVIA_VIPL_SPIN_US); 0 sleeps at once.
+ */
+VIP_RETURN VipxSetWaitSpin(VIP_NIC_HANDLE NicHandle, VIP_ULONG Microseconds);
+
 /* A static string naming a VIP_RETURN code ("VIP_SUCCESS", ...). */
 const char *VipxReturnString(VIP_RETURN Code);
 

@@ -53,6 +53,8 @@ VIPL_EXPORT VIP_RETURN VipOpenNic(const VIP_CHAR *DeviceName, VIP_NIC_HANDLE *Ni
         release_nic(nic);
         return VIP_ERROR_RESOURCE;
     }
+    const char *spin = getenv("SOVIA_VIPL_SPIN_US");
+    atomic_store(&nic->wait_spin_ns, (spin && *spin ? strtoull(spin, NULL, 10) : 20) * 1000);
     nic->magic = VIPL_NIC_MAGIC;
     *NicHandle = nic;
     return VIP_SUCCESS;
@@ -92,4 +94,13 @@ VIPL_EXPORT VIP_RETURN VipQuerySystemManagementInfo(VIP_NIC_HANDLE NicHandle,
     if (!nic_of(NicHandle))
         return VIP_INVALID_PARAMETER;
     return VIP_ERROR_NOT_SUPPORTED;
+}
+
+VIPL_EXPORT VIP_RETURN VipxSetWaitSpin(VIP_NIC_HANDLE NicHandle, VIP_ULONG Microseconds)
+{
+    struct vipl_nic *nic = nic_of(NicHandle);
+    if (!nic || Microseconds > 1000000)
+        return VIP_INVALID_PARAMETER;
+    atomic_store(&nic->wait_spin_ns, (uint64_t)Microseconds * 1000);
+    return VIP_SUCCESS;
 }

@@ -79,6 +79,7 @@ struct vipl_nic {
     VIP_ERROR_HANDLER err_handler;
     VIP_PVOID err_context;
     atomic_ulong errors_reported;
+    _Atomic uint64_t wait_spin_ns; /* …Wait polls this long before sleeping */
     unsigned n_vis, n_cqs, n_ptags;
     struct vipl_vi *vis; /* list of VIs, linked through vipl_vi.next */
     struct vipl_pool ptags, vi_pool, cqs, conns;

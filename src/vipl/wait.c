@@ -1,7 +1,12 @@
 /*
  * wait.c - blocking waits, built once for every provider on its
- * prepare/sleep/finish primitives: poll, arm, poll again (so a completion
- * that raced with arming is not missed), then sleep.
+ * prepare/sleep/finish primitives: poll for a short spin budget, arm, poll
+ * again (so a completion that raced with arming is not missed), then sleep.
+ *
+ * The spin is what users of socket accelerators expect from a blocking call
+ * (rsockets, libvma and Onload all poll before sleeping): when the answer
+ * comes within about what a sleep and wake-up would cost, nobody sleeps;
+ * when it does not, the waiter sleeps and an idle waiter burns nothing.
  */
 #include <errno.h>
 #include <limits.h>
@@ -59,9 +64,38 @@ VIP_RETURN vipl_poll_cq(void *obj, void *out1, void *out2)
     return r;
 }
 
-static const struct vipl_provider *prov_of(void *obj, enum vipl_queue q)
+static struct vipl_nic *nic_of_obj(void *obj, enum vipl_queue q)
 {
-    return q == VIPL_CQ ? ((struct vipl_cq *)obj)->nic->prov : ((struct vipl_vi *)obj)->nic->prov;
+    return q == VIPL_CQ ? ((struct vipl_cq *)obj)->nic : ((struct vipl_vi *)obj)->nic;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Polls for up to the NIC's spin budget (never past the deadline). */
+static VIP_RETURN spin(void *obj, struct vipl_nic *nic, vipl_poll_fn poll, void *out1,
+                       void *out2, const struct timespec *deadline)
+{
+    uint64_t budget = atomic_load_explicit(&nic->wait_spin_ns, memory_order_relaxed);
+    if (budget == 0)
+        return VIP_NOT_DONE;
+    uint64_t end = now_ns() + budget;
+    if (deadline) {
+        uint64_t dl = (uint64_t)deadline->tv_sec * 1000000000u + (uint64_t)deadline->tv_nsec;
+        end = end < dl ? end : dl;
+    }
+    for (unsigned i = 0;; i++) {
+        VIP_RETURN r = poll(obj, out1, out2);
+        if (r != VIP_NOT_DONE)
+            return r;
+        if ((i & 63) == 63 && now_ns() >= end) /* the clock costs more than a poll */
+            return VIP_NOT_DONE;
+        __builtin_ia32_pause();
+    }
 }
 
 VIP_RETURN vipl_wait(void *obj, enum vipl_queue q, VIP_ULONG timeout_ms, vipl_poll_fn poll,
@@ -70,9 +104,13 @@ VIP_RETURN vipl_wait(void *obj, enum vipl_queue q, VIP_ULONG timeout_ms, vipl_po
     VIP_RETURN r = poll(obj, out1, out2);
     if (r != VIP_NOT_DONE)
         return r;
-    const struct vipl_provider *prov = prov_of(obj, q);
+    struct vipl_nic *nic = nic_of_obj(obj, q);
+    const struct vipl_provider *prov = nic->prov;
     struct timespec buf;
     const struct timespec *deadline = vipl_deadline(timeout_ms, &buf);
+    r = spin(obj, nic, poll, out1, out2, deadline);
+    if (r != VIP_NOT_DONE)
+        return r;
     for (;;) {
         uint32_t token = prov->wait_prepare(obj, q);
         r = poll(obj, out1, out2);

@@ -52,6 +52,7 @@ static VIP_RETURN publish(struct shm_vi *vi, struct shm_rq_entry *e, const struc
             p->seg[i].len = wr->sge[i].len;
         }
     } else {
+        e->staged = true;
         uint32_t off, bytes;
         if (!staging_reserve(vi, (uint32_t)wr->total, &off, &bytes))
             return VIP_ERROR_RESOURCE;
@@ -59,12 +60,12 @@ static VIP_RETURN publish(struct shm_vi *vi, struct shm_rq_entry *e, const struc
         p->flags = SHM_POST_STAGED;
         p->seg[0].off = off;
         p->seg[0].len = (uint32_t)wr->total;
-        e->staged = true;
         e->staging_off = off;
         e->staging_bytes = bytes;
-        e->nsge = wr->nsge;
-        memcpy(e->sge, wr->sge, wr->nsge * sizeof(wr->sge[0]));
     }
+    /* Staged and inline data are copied into these on completion. */
+    e->nsge = wr->nsge;
+    memcpy(e->sge, wr->sge, wr->nsge * sizeof(wr->sge[0]));
     p->total = (uint32_t)wr->total;
     e->sidx = vi->rq_published;
     e->published = true;
@@ -147,11 +148,12 @@ static uint32_t take_completion(struct shm_vi *vi, struct shm_rq_entry *e,
         *fail = VIP_ERROR_CONN_LOST;
         return VIP_STATUS_TRANSPORT_ERROR | VIP_STATUS_OP_RECEIVE;
     }
-    if (op == VIP_STATUS_OP_RECEIVE && e->staged) {
+    if (op == VIP_STATUS_OP_RECEIVE && (e->staged || ilen)) {
         const uint8_t *src = ilen ? c->inline_data : (const uint8_t *)vi->rx + e->staging_off;
         scatter(e->sge, e->nsge, src, len);
-        vi->stats.StagedRecvs++;
     }
+    if (e->staged)
+        vi->stats.StagedRecvs++;
     *length = len;
     if (status & VIP_STATUS_IMMEDIATE)
         *imm = c->imm;

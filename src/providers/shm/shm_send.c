@@ -137,8 +137,9 @@ static uint32_t send_message(struct shm_vi *vi, const struct vipl_wr *wr, int *f
         return VIP_STATUS_TRANSPORT_ERROR;
     }
     uint32_t len = (uint32_t)wr->total, inline_len = 0;
-    if ((v.flags & SHM_POST_STAGED) && len && len <= SHM_INLINE_MAX) {
-        /* Small staged data rides in the completion line itself. */
+    if (len && len <= SHM_INLINE_MAX) {
+        /* Small data rides in the completion line itself: the receiver reads
+         * that line anyway, and its buffer's line never has to move here. */
         gather(p->rx->cmpl[p->consumed & p->mask].inline_data, wr);
         inline_len = len;
     } else {
