@@ -71,6 +71,28 @@ VIP_RETURN VipxQueryViStats(VIP_VI_HANDLE ViHandle, VIPX_VI_STATS *Stats);
  */
 VIP_RETURN VipxSetWaitSpin(VIP_NIC_HANDLE NicHandle, VIP_ULONG Microseconds);
 
+/*
+ * Waiting on a CQ together with other descriptors (poll, epoll):
+ * VipxCQWaitFd gives a descriptor that becomes readable when a completion
+ * may have arrived while the CQ is armed. Arm, check for completions, poll,
+ * then disarm:
+ *     VipxCQArm(cq, VIP_TRUE); if (nothing ready) poll(...); VipxCQArm(cq, VIP_FALSE);
+ */
+VIP_RETURN VipxCQWaitFd(VIP_CQ_HANDLE CQHandle, int *Fd);
+VIP_RETURN VipxCQArm(VIP_CQ_HANDLE CQHandle, VIP_BOOLEAN Arm);
+
+/*
+ * Explicit listening. VipxListen makes LocalAddr's discriminator accept
+ * requests now (they queue until VipConnectWait takes them), or answers
+ * VIP_ERROR_RESOURCE when another process listens on it. VipxUnlisten stops:
+ * queued and later requests are refused (the requester gets VIP_REJECT or
+ * VIP_NO_MATCH) and threads blocked in VipConnectWait on it return
+ * VIP_INVALID_STATE. VipConnectWait on a discriminator not listened to
+ * starts listening implicitly, as before.
+ */
+VIP_RETURN VipxListen(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS *LocalAddr);
+VIP_RETURN VipxUnlisten(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS *LocalAddr);
+
 /* A static string naming a VIP_RETURN code ("VIP_SUCCESS", ...). */
 const char *VipxReturnString(VIP_RETURN Code);
 

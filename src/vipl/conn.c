@@ -108,3 +108,19 @@ VIPL_EXPORT VIP_RETURN VipDisconnect(VIP_VI_HANDLE ViHandle)
         return VIP_INVALID_STATE;
     return vi->nic->prov->disconnect(vi);
 }
+
+VIPL_EXPORT VIP_RETURN VipxListen(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS *LocalAddr)
+{
+    struct vipl_nic *nic = nic_of(NicHandle);
+    if (!nic || !address_ok(LocalAddr))
+        return VIP_INVALID_PARAMETER;
+    return nic->prov->listen(nic, LocalAddr);
+}
+
+VIPL_EXPORT VIP_RETURN VipxUnlisten(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS *LocalAddr)
+{
+    struct vipl_nic *nic = nic_of(NicHandle);
+    if (!nic || !address_ok(LocalAddr))
+        return VIP_INVALID_PARAMETER;
+    return nic->prov->unlisten(nic, LocalAddr);
+}

@@ -80,3 +80,27 @@ VIPL_EXPORT VIP_RETURN VipCQNotify(VIP_CQ_HANDLE CQHandle, VIP_PVOID Context,
         return VIP_INVALID_PARAMETER;
     return vipl_notify_arm(&cq->notify, cq, VIPL_CQ, Context, (void *)Handler);
 }
+
+VIPL_EXPORT VIP_RETURN VipxCQWaitFd(VIP_CQ_HANDLE CQHandle, int *Fd)
+{
+    struct vipl_cq *cq = cq_of(CQHandle);
+    if (!cq || !Fd)
+        return VIP_INVALID_PARAMETER;
+    int fd = cq->nic->prov->cq_wait_fd(cq);
+    if (fd < 0)
+        return VIP_ERROR_NOT_SUPPORTED;
+    *Fd = fd;
+    return VIP_SUCCESS;
+}
+
+VIPL_EXPORT VIP_RETURN VipxCQArm(VIP_CQ_HANDLE CQHandle, VIP_BOOLEAN Arm)
+{
+    struct vipl_cq *cq = cq_of(CQHandle);
+    if (!cq)
+        return VIP_INVALID_PARAMETER;
+    if (Arm)
+        cq->nic->prov->wait_prepare(cq, VIPL_CQ);
+    else
+        cq->nic->prov->wait_finish(cq, VIPL_CQ);
+    return VIP_SUCCESS;
+}

@@ -187,6 +187,10 @@ struct vipl_provider {
                                   const VIP_NET_ADDRESS *remote,
                                   const struct timespec *deadline, VIP_VI_ATTRIBUTES *rattrs);
     VIP_RETURN (*disconnect)(struct vipl_vi *vi);
+    VIP_RETURN (*listen)(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
+    VIP_RETURN (*unlisten)(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
+    /* A descriptor that polls readable when an armed CQ may have work. */
+    int (*cq_wait_fd)(struct vipl_cq *cq);
 };
 
 extern const struct vipl_provider *const vipl_providers[];

@@ -48,11 +48,17 @@ static inline void shm_full_barrier(void)
     atomic_fetch_add_explicit(&word, 0, memory_order_seq_cst);
 }
 
-/* A futex pair: `armed` counts sleepers, `word` changes to wake them. */
+/*
+ * A wake-up target: `armed` counts sleepers. A VI's own queues sleep on a
+ * futex `word`; a CQ sleeps in poll() on the read end of a datagram
+ * socketpair (`sock`), so it can be polled together with other descriptors.
+ */
 struct shm_wake {
     _Atomic uint32_t *armed;
-    _Atomic uint32_t *word;
-    bool shared; /* the word is in shared memory (another process wakes us) */
+    _Atomic uint32_t *word; /* futex mode */
+    bool shared;            /* the word is in shared memory (another process wakes us) */
+    int sock;               /* socket mode when >= 0: sleep on this end */
+    int sock_tx;            /* and wake through this one */
 };
 
 /* Messages on a VI's connection socket. REQUEST and ACCEPT carry the
@@ -73,6 +79,7 @@ struct shm_msg {
     uint16_t rdma_write;
     uint32_t max_transfer;
     uint32_t armed_off, word_off; /* offsets of the wake words in fds 2 and 3 */
+    uint32_t wake_sock;           /* 1: fd 3 is a datagram socket to send wake-ups to */
     uint16_t host_len, disc_len;  /* the sender's own address */
     uint8_t addr[16 + VIPL_MAX_DISC];
 };
@@ -84,7 +91,8 @@ struct shm_peer {
     struct shm_rx *rx; /* we write data and completions here */
     size_t rx_len;
     const _Atomic uint32_t *wake_armed; /* the peer's receive wake-up */
-    _Atomic uint32_t *wake_word;
+    _Atomic uint32_t *wake_word;        /* futex mode */
+    int wake_sock;                      /* socket mode when >= 0 */
     void *armed_map, *word_map;
     size_t armed_len, word_len;
     /* The peer's geometry, copied once and validated at connect. */
@@ -152,15 +160,20 @@ struct shm_cq {
     uint32_t cap, head, tail;
     struct shm_vi **rvis; /* VIs whose receive queue feeds this CQ */
     uint32_t nr, rcap, scan;
-    int armed_fd, word_fd;
-    _Atomic uint32_t *armed, *word;
+    int armed_fd;
+    _Atomic uint32_t *armed;
+    int wake_rx, wake_tx; /* datagram socketpair: peers get wake_tx */
 };
 
+/* A listening discriminator. Waiters hold references, so VipxUnlisten can
+ * wake them (shutdown) without closing a descriptor they still poll. */
 struct shm_listener {
     struct shm_listener *next;
     uint8_t disc[VIPL_MAX_DISC];
     uint16_t disc_len;
     int fd;
+    unsigned refs;     /* the NIC's list holds one while listed */
+    atomic_bool closed; /* unlistened: waiters return */
 };
 
 struct shm_agent;
@@ -193,8 +206,7 @@ int shm_seal(int fd, bool owner_only);
 void *shm_map_fixed(void *at, int fd, size_t len);
 int shm_vi_segments_create(struct shm_vi *vi);
 void shm_vi_segments_destroy(struct shm_vi *vi);
-int shm_peer_map(struct shm_peer *peer, const int fds[4], uint32_t armed_off,
-                 uint32_t word_off, size_t page);
+int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m, size_t page);
 void shm_peer_unmap(struct shm_peer *peer);
 
 /* The data path reports a connection-breaking error as a VIP_ERROR_CODE in
@@ -242,6 +254,8 @@ VIP_RETURN shm_connect_request(struct vipl_vi *vi, const VIP_NET_ADDRESS *local,
                                const VIP_NET_ADDRESS *remote, const struct timespec *deadline,
                                VIP_VI_ATTRIBUTES *rattrs);
 VIP_RETURN shm_disconnect(struct vipl_vi *vi);
+VIP_RETURN shm_listen(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
+VIP_RETURN shm_unlisten(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
 void shm_close_listeners(struct shm_nic *snic);
 /* Best-effort one-message notice to the peer (BROKEN / DISCONNECT). */
 void shm_conn_notify(struct shm_peer *peer, enum shm_msg_type type);

@@ -49,21 +49,36 @@ static const uint8_t *disc_of(const VIP_NET_ADDRESS *a)
     return a->HostAddress + a->HostAddressLen;
 }
 
-/* Only this host is reachable: loopback, or an address we can bind. */
+/* Only this host is reachable: loopback, or an address we can bind
+ * (4 bytes IPv4, 16 bytes IPv6, or no host part at all). */
 static bool host_is_local(const VIP_NET_ADDRESS *a)
 {
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    struct sockaddr_in6 sin6 = {.sin6_family = AF_INET6};
+    struct sockaddr *sa;
+    socklen_t len;
     if (a->HostAddressLen == 0)
         return true;
-    if (a->HostAddressLen != VIPL_HOST_ADDR_LEN)
+    if (a->HostAddressLen == 4) {
+        if (a->HostAddress[0] == 127)
+            return true;
+        memcpy(&sin.sin_addr, a->HostAddress, 4);
+        sa = (struct sockaddr *)&sin;
+        len = sizeof(sin);
+    } else if (a->HostAddressLen == 16) {
+        memcpy(&sin6.sin6_addr, a->HostAddress, 16);
+        if (IN6_IS_ADDR_LOOPBACK(&sin6.sin6_addr) ||
+            (IN6_IS_ADDR_V4MAPPED(&sin6.sin6_addr) && a->HostAddress[12] == 127))
+            return true;
+        sa = (struct sockaddr *)&sin6;
+        len = sizeof(sin6);
+    } else {
         return false;
-    if (a->HostAddress[0] == 127)
-        return true;
-    struct sockaddr_in sin = {.sin_family = AF_INET};
-    memcpy(&sin.sin_addr, a->HostAddress, VIPL_HOST_ADDR_LEN);
-    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    }
+    int s = socket(sa->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (s < 0)
         return false;
-    bool local = bind(s, (struct sockaddr *)&sin, sizeof(sin)) == 0;
+    bool local = bind(s, sa, len) == 0;
     close(s);
     return local;
 }
@@ -127,6 +142,8 @@ static int recv_msg(int sock, struct shm_msg *m, int fds[4], const struct timesp
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
                         .msg_controllen = sizeof(u.buf)};
     ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno == ECONNRESET))
+        return -ECONNRESET; /* the other side closed: refused or gone */
     int got[8], nfds = 0;
     for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
@@ -168,7 +185,8 @@ static void fill_msg(struct shm_vi *vi, enum shm_msg_type type, const VIP_NET_AD
     if (vi->core.recv_cq) {
         struct shm_cq *cq = shm_cq(vi->core.recv_cq);
         fds[2] = cq->armed_fd;
-        fds[3] = cq->word_fd;
+        fds[3] = cq->wake_tx;
+        m->wake_sock = 1;
     } else {
         fds[2] = vi->ctl_fd;
         fds[3] = vi->rx_fd;
@@ -193,7 +211,7 @@ static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fd
 {
     struct shm_nic *snic = shm_nic(vi->core.nic);
     struct shm_peer *peer = calloc(1, sizeof(*peer));
-    int rc = peer ? shm_peer_map(peer, fds, m->armed_off, m->word_off, snic->page) : -ENOMEM;
+    int rc = peer ? shm_peer_map(peer, fds, m, snic->page) : -ENOMEM;
     close_fds(fds, 4); /* the mappings keep the memory */
     if (rc != 0) {
         free(peer);
@@ -208,6 +226,12 @@ static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fd
     vi->peer = peer;
     shm_unlock(&vi->sq_lock);
     atomic_store(&vi->core.state, VIP_STATE_CONNECTED);
+    /* The peer has mapped our segments; the descriptors are no longer
+     * needed (a reconnect makes new ones), and 1000 connections should not
+     * cost 2000 of them. */
+    close(vi->ctl_fd);
+    close(vi->rx_fd);
+    vi->ctl_fd = vi->rx_fd = -1;
     if (shm_agent_watch(snic->agent, vi) != 0) {
         shm_disconnect(&vi->core);
         return VIP_ERROR_RESOURCE;
@@ -215,46 +239,108 @@ static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fd
     return VIP_SUCCESS;
 }
 
-static int listener_fd(struct shm_nic *snic, const VIP_NET_ADDRESS *local)
+/* The listener for `local`'s discriminator, with a reference for the
+ * caller; created (listening) if `create`. NULL with *err on failure. */
+static struct shm_listener *listener_get(struct shm_nic *snic, const VIP_NET_ADDRESS *local,
+                                         bool create, int *err)
 {
     const uint8_t *disc = disc_of(local);
     pthread_mutex_lock(&snic->lock);
     for (struct shm_listener *l = snic->listeners; l; l = l->next)
         if (l->disc_len == local->DiscriminatorLen && !memcmp(l->disc, disc, l->disc_len)) {
+            l->refs++;
             pthread_mutex_unlock(&snic->lock);
-            return l->fd;
+            return l;
         }
+    *err = -ENOENT;
+    if (!create) {
+        pthread_mutex_unlock(&snic->lock);
+        return NULL;
+    }
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     struct sockaddr_un sun;
     socklen_t len = sock_name(&sun, disc, local->DiscriminatorLen);
     struct shm_listener *l = calloc(1, sizeof(*l));
     if (fd < 0 || !l || bind(fd, (struct sockaddr *)&sun, len) != 0 || listen(fd, SOMAXCONN)) {
-        int err = fd < 0 || !l ? -ENOMEM : -errno;
+        *err = fd < 0 || !l ? -ENOMEM : -errno;
         if (fd >= 0)
             close(fd);
         free(l);
         pthread_mutex_unlock(&snic->lock);
-        return err;
+        return NULL;
     }
     memcpy(l->disc, disc, local->DiscriminatorLen);
     l->disc_len = local->DiscriminatorLen;
     l->fd = fd;
+    l->refs = 2; /* the list's and the caller's */
     l->next = snic->listeners;
     snic->listeners = l;
     pthread_mutex_unlock(&snic->lock);
-    return fd;
+    return l;
+}
+
+static void listener_put(struct shm_nic *snic, struct shm_listener *l)
+{
+    pthread_mutex_lock(&snic->lock);
+    bool last = --l->refs == 0;
+    pthread_mutex_unlock(&snic->lock);
+    if (last) {
+        close(l->fd);
+        free(l);
+    }
+}
+
+/* Unlists `l`: new requests get no answer but a refusal, waiters wake. */
+static void listener_close(struct shm_nic *snic, struct shm_listener *l)
+{
+    atomic_store(&l->closed, true);
+    shutdown(l->fd, SHUT_RDWR);
+    listener_put(snic, l);
 }
 
 void shm_close_listeners(struct shm_nic *snic)
 {
-    pthread_mutex_lock(&snic->lock);
-    while (snic->listeners) {
+    for (;;) {
+        pthread_mutex_lock(&snic->lock);
         struct shm_listener *l = snic->listeners;
-        snic->listeners = l->next;
-        close(l->fd);
-        free(l);
+        if (l)
+            snic->listeners = l->next;
+        pthread_mutex_unlock(&snic->lock);
+        if (!l)
+            return;
+        listener_close(snic, l);
     }
+}
+
+VIP_RETURN shm_listen(struct vipl_nic *nic, const VIP_NET_ADDRESS *local)
+{
+    if (!host_is_local(local))
+        return VIP_INVALID_PARAMETER;
+    int err;
+    struct shm_listener *l = listener_get(shm_nic(nic), local, true, &err);
+    if (!l)
+        return VIP_ERROR_RESOURCE; /* EADDRINUSE: another process listens */
+    listener_put(shm_nic(nic), l);
+    return VIP_SUCCESS;
+}
+
+VIP_RETURN shm_unlisten(struct vipl_nic *nic, const VIP_NET_ADDRESS *local)
+{
+    struct shm_nic *snic = shm_nic(nic);
+    int err;
+    struct shm_listener *l = listener_get(snic, local, false, &err);
+    if (!l)
+        return VIP_INVALID_STATE;
+    pthread_mutex_lock(&snic->lock);
+    for (struct shm_listener **p = &snic->listeners; *p; p = &(*p)->next)
+        if (*p == l) {
+            *p = l->next;
+            break;
+        }
     pthread_mutex_unlock(&snic->lock);
+    listener_close(snic, l); /* drops the list's reference */
+    listener_put(snic, l);   /* and ours */
+    return VIP_SUCCESS;
 }
 
 /* A request must name a well-formed client address. */
@@ -272,19 +358,24 @@ VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
 {
     if (!host_is_local(local))
         return VIP_INVALID_PARAMETER;
-    int lfd = listener_fd(shm_nic(nic), local);
-    if (lfd == -EADDRINUSE)
+    struct shm_nic *snic = shm_nic(nic);
+    int err;
+    struct shm_listener *l = listener_get(snic, local, true, &err);
+    if (!l)
         return VIP_ERROR_RESOURCE; /* another process listens on it */
-    if (lfd < 0)
-        return VIP_ERROR_RESOURCE;
+    VIP_RETURN r = VIP_TIMEOUT;
     for (;;) {
-        struct pollfd pfd = {.fd = lfd, .events = POLLIN};
+        if (atomic_load(&l->closed)) {
+            r = VIP_INVALID_STATE;
+            break;
+        }
+        struct pollfd pfd = {.fd = l->fd, .events = POLLIN};
         int rc = poll(&pfd, 1, vipl_ms_left(deadline));
         if (rc == 0)
-            return VIP_TIMEOUT;
-        if (rc < 0)
-            continue; /* EINTR */
-        int s = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            break; /* VIP_TIMEOUT */
+        if (rc < 0 || atomic_load(&l->closed))
+            continue; /* EINTR, or unlistened: checked above */
+        int s = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         pid_t pid;
         if (s < 0)
             continue; /* another waiter took it */
@@ -309,8 +400,11 @@ VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
         memcpy(remote->HostAddress, pc->msg.addr, (size_t)pc->msg.host_len + pc->msg.disc_len);
         conn->remote_attrs = attrs_of(&pc->msg);
         conn->prov_conn = pc;
-        return VIP_SUCCESS;
+        r = VIP_SUCCESS;
+        break;
     }
+    listener_put(snic, l);
+    return r;
 }
 
 static void pending_free(struct shm_pending *pc, bool close_sock)
@@ -398,6 +492,8 @@ VIP_RETURN shm_connect_request(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local
     close(s);
     if (n == -ETIMEDOUT)
         return VIP_TIMEOUT;
+    if (n == -ECONNRESET) /* the listener closed before taking the request */
+        return VIP_REJECT;
     return n >= 0 && m.type == SHM_MSG_REJECT ? VIP_REJECT : VIP_ERROR_RESOURCE;
 }
 

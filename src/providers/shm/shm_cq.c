@@ -11,25 +11,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "shm.h"
 
-static int make_page(struct shm_cq *cq, bool owner_only, _Atomic uint32_t **word, int *fd_out)
+static int make_armed_page(struct shm_cq *cq)
 {
     size_t page = shm_nic(cq->core.nic)->page;
-    int fd = shm_memfd(owner_only ? "sovia-cq-armed" : "sovia-cq-wake", page);
+    int fd = shm_memfd("sovia-cq-armed", page);
     if (fd < 0)
         return fd;
     void *p = shm_map_fixed(NULL, fd, page);
-    if (!p || shm_seal(fd, owner_only) != 0) {
+    if (!p || shm_seal(fd, true) != 0) {
         if (p)
             munmap(p, page);
         close(fd);
         return -1;
     }
-    *word = p;
-    *fd_out = fd;
+    cq->armed = p;
+    cq->armed_fd = fd;
     return 0;
 }
 
@@ -38,14 +39,18 @@ VIP_RETURN shm_create_cq(struct vipl_cq *ccq)
     struct shm_cq *cq = shm_cq(ccq);
     pthread_mutex_init(&cq->lock, NULL);
     cq->cap = (uint32_t)ccq->entries;
-    cq->armed_fd = cq->word_fd = -1;
+    cq->armed_fd = cq->wake_rx = cq->wake_tx = -1;
+    int sv[2];
     cq->send_ring = calloc(cq->cap, sizeof(*cq->send_ring));
     if (!cq->send_ring) {
         pthread_mutex_destroy(&cq->lock);
         return VIP_ERROR_RESOURCE;
     }
-    if (make_page(cq, true, &cq->armed, &cq->armed_fd) != 0 ||
-        make_page(cq, false, &cq->word, &cq->word_fd) != 0) {
+    if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0) {
+        cq->wake_rx = sv[0];
+        cq->wake_tx = sv[1];
+    }
+    if (cq->wake_rx < 0 || make_armed_page(cq) != 0) {
         shm_destroy_cq(ccq);
         return VIP_ERROR_RESOURCE;
     }
@@ -58,12 +63,12 @@ void shm_destroy_cq(struct vipl_cq *ccq)
     size_t page = shm_nic(ccq->nic)->page;
     if (cq->armed)
         munmap(cq->armed, page);
-    if (cq->word)
-        munmap(cq->word, page);
     if (cq->armed_fd >= 0)
         close(cq->armed_fd);
-    if (cq->word_fd >= 0)
-        close(cq->word_fd);
+    if (cq->wake_rx >= 0)
+        close(cq->wake_rx);
+    if (cq->wake_tx >= 0)
+        close(cq->wake_tx);
     free(cq->send_ring);
     free(cq->rvis);
     pthread_mutex_destroy(&cq->lock);
@@ -152,7 +157,7 @@ bool shm_cq_push_send(struct shm_cq *cq, struct shm_vi *vi)
         cq->tail++;
     }
     pthread_mutex_unlock(&cq->lock);
-    shm_wake_local((struct shm_wake){cq->armed, cq->word, true});
+    shm_wake_local(shm_wake_of(cq, VIPL_CQ));
     return ok;
 }
 
@@ -181,4 +186,9 @@ VIP_RETURN shm_cq_done(struct vipl_cq *ccq, struct vipl_vi **vi, VIP_BOOLEAN *re
     }
     pthread_mutex_unlock(&cq->lock);
     return VIP_NOT_DONE;
+}
+
+int shm_cq_wait_fd(struct vipl_cq *ccq)
+{
+    return shm_cq(ccq)->wake_rx;
 }

@@ -11,6 +11,7 @@ VIP_RETURN shm_vi_arena(struct vipl_vi *vi, void **base, size_t *len);
 bool shm_queue_empty(struct vipl_vi *vi, enum vipl_queue q);
 void shm_vi_stats(struct vipl_vi *vi, VIPX_VI_STATS *stats);
 void shm_mem_changed(struct vipl_nic *nic);
+int shm_cq_wait_fd(struct vipl_cq *cq);
 
 #define SHM_MAX_TRANSFER (4u << 20)
 
@@ -101,4 +102,7 @@ const struct vipl_provider vipl_provider_shm = {
     .connect_reject = shm_connect_reject,
     .connect_request = shm_connect_request,
     .disconnect = shm_disconnect,
+    .listen = shm_listen,
+    .unlisten = shm_unlisten,
+    .cq_wait_fd = shm_cq_wait_fd,
 };

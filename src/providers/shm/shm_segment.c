@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -165,34 +166,51 @@ static void *map_peer(int fd, size_t len, int prot)
     return p == MAP_FAILED ? NULL : p;
 }
 
+/* A wake-up socket must be a Unix datagram socket: sending to it with
+ * MSG_DONTWAIT can never block, whatever the peer does to it. */
+static bool is_wake_socket(int fd)
+{
+    int type = 0, domain = 0;
+    socklen_t l1 = sizeof(type), l2 = sizeof(domain);
+    return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l1) == 0 &&
+           getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l2) == 0 && type == SOCK_DGRAM &&
+           domain == AF_UNIX;
+}
+
 /*
- * Maps the peer's segments from the fds it sent: ctl read-only, rx and the
- * wake word read-write, the armed flag read-only. Every size and offset is
- * checked against what the kernel says the memfds are; returns -EPROTO on
- * anything inconsistent.
+ * Maps the peer's segments from the fds it sent: ctl read-only, rx
+ * read-write, the armed flag read-only, and either its futex word page
+ * read-write or (m->wake_sock) keeps its wake-up socket (fds[3] is then
+ * taken: set to -1). Every size and offset is checked against what the
+ * kernel says the descriptors are; returns -EPROTO on anything inconsistent.
  */
-int shm_peer_map(struct shm_peer *peer, const int fds[4], uint32_t armed_off, uint32_t word_off,
-                 size_t page)
+int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m, size_t page)
 {
     size_t ctl_len = sealed_size(fds[0], SEALS_COMMON | F_SEAL_FUTURE_WRITE);
     size_t rx_len = sealed_size(fds[1], SEALS_COMMON);
     size_t armed_len = sealed_size(fds[2], SEALS_COMMON | F_SEAL_FUTURE_WRITE);
-    size_t word_len = sealed_size(fds[3], SEALS_COMMON);
-    if (!ctl_len || !rx_len || !armed_len || !word_len || (armed_off & 3) || (word_off & 3) ||
-        (size_t)armed_off + 4 > armed_len || (size_t)word_off + 4 > word_len ||
-        ctl_len < sizeof(struct shm_ctl))
+    size_t word_len = m->wake_sock ? 0 : sealed_size(fds[3], SEALS_COMMON);
+    bool wake_ok = m->wake_sock ? is_wake_socket(fds[3])
+                                : word_len && !(m->word_off & 3) && (size_t)m->word_off + 4 <= word_len;
+    if (!ctl_len || !rx_len || !armed_len || !wake_ok || (m->armed_off & 3) ||
+        (size_t)m->armed_off + 4 > armed_len || ctl_len < sizeof(struct shm_ctl))
         return -EPROTO;
 
-    *peer = (struct shm_peer){.sock = -1, .pidfd = -1};
+    *peer = (struct shm_peer){.sock = -1, .pidfd = -1, .wake_sock = -1};
     peer->ctl = map_peer(fds[0], ctl_len, PROT_READ);
     peer->rx = map_peer(fds[1], rx_len, PROT_READ | PROT_WRITE);
     peer->armed_map = map_peer(fds[2], armed_len, PROT_READ);
-    peer->word_map = map_peer(fds[3], word_len, PROT_READ | PROT_WRITE);
     peer->ctl_len = ctl_len;
     peer->rx_len = rx_len;
     peer->armed_len = armed_len;
-    peer->word_len = word_len;
-    if (!peer->ctl || !peer->rx || !peer->armed_map || !peer->word_map) {
+    if (m->wake_sock) {
+        peer->wake_sock = fds[3];
+        fds[3] = -1;
+    } else {
+        peer->word_map = map_peer(fds[3], word_len, PROT_READ | PROT_WRITE);
+        peer->word_len = word_len;
+    }
+    if (!peer->ctl || !peer->rx || !peer->armed_map || (!m->wake_sock && !peer->word_map)) {
         shm_peer_unmap(peer);
         return -ENOMEM;
     }
@@ -207,8 +225,9 @@ int shm_peer_map(struct shm_peer *peer, const int fds[4], uint32_t armed_off, ui
     peer->reg_slots = h.reg_slots;
     peer->data_off = h.data_off;
     peer->rx_size = h.rx_size;
-    peer->wake_armed = (const _Atomic uint32_t *)((const char *)peer->armed_map + armed_off);
-    peer->wake_word = (_Atomic uint32_t *)((char *)peer->word_map + word_off);
+    peer->wake_armed = (const _Atomic uint32_t *)((const char *)peer->armed_map + m->armed_off);
+    if (peer->word_map)
+        peer->wake_word = (_Atomic uint32_t *)((char *)peer->word_map + m->word_off);
     return 0;
 }
 
@@ -222,7 +241,10 @@ void shm_peer_unmap(struct shm_peer *peer)
         munmap(peer->armed_map, peer->armed_len);
     if (peer->word_map)
         munmap(peer->word_map, peer->word_len);
+    if (peer->wake_sock >= 0)
+        close(peer->wake_sock);
     peer->ctl = NULL;
     peer->rx = NULL;
     peer->armed_map = peer->word_map = NULL;
+    peer->wake_sock = -1;
 }
