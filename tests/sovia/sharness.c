@@ -166,11 +166,26 @@ void s_init(const char *name, unsigned watchdog_seconds)
     s_arm_watchdog();
 }
 
-void s_case(const char *name)
+int s_case(const char *name)
 {
+    const char *only = getenv("SOVIA_TEST_CASES");
     s_casename = "";
+    if (only && *only) {
+        size_t n = strlen(name);
+        const char *p = only;
+        int found = 0;
+        while (*p && !found) {
+            const char *e = strchr(p, ',');
+            size_t len = e ? (size_t)(e - p) : strlen(p);
+            found = len == n && strncmp(p, name, n) == 0;
+            p = e ? e + 1 : p + len;
+        }
+        if (!found)
+            return 0;
+    }
     s_log("case %s", name);
     s_casename = name;
+    return 1;
 }
 
 int s_is_child(void)

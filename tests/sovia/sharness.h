@@ -29,8 +29,10 @@
 
 /* Names the test, arms the watchdog (seconds) and unbuffers stdout. */
 void s_init(const char *name, unsigned watchdog_seconds);
-/* Starts a named case (logged; included in failure messages). */
-void s_case(const char *name);
+/* Starts a named case (logged; included in failure messages). Returns 0
+ * (skip it) when SOVIA_TEST_CASES lists cases (comma-separated) and not this
+ * one: a debugging aid, e.g. SOVIA_TEST_CASES=backlog,ipv6. */
+int s_case(const char *name);
 __attribute__((format(printf, 1, 2))) void s_log(const char *fmt, ...);
 __attribute__((noreturn, format(printf, 3, 4))) void s_fail(const char *file, int line,
                                                              const char *fmt, ...);
