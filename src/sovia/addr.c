@@ -1,0 +1,168 @@
+/*
+ * addr.c - socket addresses, VI addresses and ports.
+ *
+ * A socket address maps to a VI address: host part = the IP address (4 or
+ * 16 bytes), discriminator = "sovia" + the port in network byte order.
+ * Ports are reserved per user by binding an abstract Unix socket named
+ * "sovia-port.<euid>.<port>": the kernel arbitrates between processes and
+ * releases the name with the socket, however the process exits.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "sock.h"
+
+#define DISC_PREFIX "sovia"
+#define EPHEMERAL_LO 49152
+#define EPHEMERAL_HI 65535
+
+static socklen_t family_len(int domain)
+{
+    return domain == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+}
+
+int sov_addr_check(const struct sov_sock *s, const struct sockaddr *a, socklen_t len)
+{
+    if (!a || len < sizeof(sa_family_t))
+        return -EINVAL;
+    if (a->sa_family != s->domain)
+        return -EAFNOSUPPORT;
+    if (len < family_len(s->domain))
+        return -EINVAL;
+    return 0;
+}
+
+uint16_t sov_addr_port(const struct sockaddr *a)
+{
+    return ntohs(a->sa_family == AF_INET ? ((const struct sockaddr_in *)a)->sin_port
+                                         : ((const struct sockaddr_in6 *)a)->sin6_port);
+}
+
+void sov_addr_set_port(struct sockaddr_storage *a, uint16_t port)
+{
+    if (a->ss_family == AF_INET)
+        ((struct sockaddr_in *)a)->sin_port = htons(port);
+    else
+        ((struct sockaddr_in6 *)a)->sin6_port = htons(port);
+}
+
+/* The VI address of a socket address (malloc'd; free()). An unspecified
+ * host (0.0.0.0, ::) becomes loopback: only this host is reachable. */
+VIP_NET_ADDRESS *sov_vi_address(const struct sockaddr *a)
+{
+    uint8_t host[16];
+    uint16_t hlen;
+    if (a->sa_family == AF_INET) {
+        struct in_addr in = ((const struct sockaddr_in *)a)->sin_addr;
+        if (in.s_addr == htonl(INADDR_ANY))
+            in.s_addr = htonl(INADDR_LOOPBACK);
+        memcpy(host, &in, 4);
+        hlen = 4;
+    } else {
+        struct in6_addr in6 = ((const struct sockaddr_in6 *)a)->sin6_addr;
+        if (IN6_IS_ADDR_UNSPECIFIED(&in6))
+            in6 = in6addr_loopback;
+        memcpy(host, &in6, 16);
+        hlen = 16;
+    }
+    uint8_t disc[sizeof(DISC_PREFIX) - 1 + 2];
+    uint16_t port = htons(sov_addr_port(a));
+    memcpy(disc, DISC_PREFIX, sizeof(DISC_PREFIX) - 1);
+    memcpy(disc + sizeof(DISC_PREFIX) - 1, &port, 2);
+    return VipxAllocNetAddress(host, hlen, disc, sizeof(disc));
+}
+
+/* A peer's VI address (from VipConnectWait) back into a socket address. */
+int sov_sockaddr_from_vi(const VIP_NET_ADDRESS *va, int domain, struct sockaddr_storage *out,
+                         socklen_t *len)
+{
+    const uint8_t *disc = va->HostAddress + va->HostAddressLen;
+    if (va->DiscriminatorLen != sizeof(DISC_PREFIX) - 1 + 2 ||
+        memcmp(disc, DISC_PREFIX, sizeof(DISC_PREFIX) - 1) != 0)
+        return -EPROTO;
+    uint16_t port;
+    memcpy(&port, disc + sizeof(DISC_PREFIX) - 1, 2);
+    memset(out, 0, sizeof(*out));
+    if (domain == AF_INET) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)out;
+        sin->sin_family = AF_INET;
+        sin->sin_port = port;
+        if (va->HostAddressLen == 4)
+            memcpy(&sin->sin_addr, va->HostAddress, 4);
+        else /* an IPv6 client of an IPv4 socket: show loopback */
+            sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    } else {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)out;
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = port;
+        if (va->HostAddressLen == 16) {
+            memcpy(&sin6->sin6_addr, va->HostAddress, 16);
+        } else { /* v4-mapped */
+            sin6->sin6_addr.s6_addr[10] = sin6->sin6_addr.s6_addr[11] = 0xff;
+            memcpy(&sin6->sin6_addr.s6_addr[12], va->HostAddress, 4);
+        }
+    }
+    *len = family_len(domain);
+    return 0;
+}
+
+static int try_reserve(uint16_t port)
+{
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    int n = snprintf(sun.sun_path + 1, sizeof(sun.sun_path) - 1, "sovia-port.%u.%u",
+                     (unsigned)geteuid(), (unsigned)port);
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    if (bind(fd, (struct sockaddr *)&sun, len) != 0) {
+        int err = errno;
+        close(fd);
+        return -err;
+    }
+    return fd;
+}
+
+/* Reserves `port` (0: a free ephemeral one) for `s` and records it in
+ * s->local. 0 or -EADDRINUSE. */
+int sov_reserve_port(struct sov_sock *s, uint16_t port)
+{
+    if (port) {
+        int fd = try_reserve(port);
+        if (fd < 0)
+            return fd == -EADDRINUSE ? -EADDRINUSE : fd;
+        s->port_fd = fd;
+        sov_addr_set_port(&s->local, port);
+        return 0;
+    }
+    unsigned span = EPHEMERAL_HI - EPHEMERAL_LO + 1;
+    unsigned start = (unsigned)(sov_now_ns() ^ (uint64_t)getpid() * 2654435761u) % span;
+    for (unsigned i = 0; i < span; i++) {
+        uint16_t p = (uint16_t)(EPHEMERAL_LO + (start + i) % span);
+        int fd = try_reserve(p);
+        if (fd >= 0) {
+            s->port_fd = fd;
+            sov_addr_set_port(&s->local, p);
+            return 0;
+        }
+        if (fd != -EADDRINUSE)
+            return fd;
+    }
+    return -EADDRINUSE;
+}
+
+void sov_copy_addr(const struct sockaddr_storage *from, socklen_t from_len, struct sockaddr *to,
+                   socklen_t *to_len)
+{
+    if (to && to_len) {
+        socklen_t n = *to_len < from_len ? *to_len : from_len;
+        memcpy(to, from, n);
+    }
+    if (to_len)
+        *to_len = from_len;
+}

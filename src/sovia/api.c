@@ -1,0 +1,399 @@
+/*
+ * api.c - process setup and the sov_* entry points: argument checks, errno,
+ * locking; the work is in conn.c, data.c and close.c.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "sock.h"
+
+struct sov_global sov_g = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .service_cond = PTHREAD_COND_INITIALIZER,
+    .cq_fd = -1,
+    .event_fd = -1,
+};
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int init_err;
+
+uint64_t sov_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+void sov_signal_event(void)
+{
+    uint64_t one = 1;
+    if (sov_g.event_fd >= 0 && write(sov_g.event_fd, &one, sizeof(one)) < 0) {
+        /* the counter is saturated: pollers are awake anyway */
+    }
+}
+
+static void do_init(void)
+{
+    sov_config_defaults(&sov_g.cfg);
+    sov_config_from_env(&sov_g.cfg);
+    init_err = -ENOMEM;
+    if (VipOpenNic(NULL, &sov_g.nic) != VIP_SUCCESS)
+        return;
+    /* sovia does its own spinning (wait modes); vipl should sleep at once. */
+    VipxSetWaitSpin(sov_g.nic, 0);
+    if (VipCreatePtag(sov_g.nic, &sov_g.ptag) != VIP_SUCCESS ||
+        VipCreateCQ(sov_g.nic, 65536, &sov_g.cq) != VIP_SUCCESS ||
+        VipxCQWaitFd(sov_g.cq, &sov_g.cq_fd) != VIP_SUCCESS)
+        return;
+    sov_g.event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (sov_g.event_fd < 0)
+        return;
+    atexit(sov_atexit);
+    init_err = 0;
+}
+
+int sov_init(void)
+{
+    pthread_once(&init_once, do_init);
+    return init_err;
+}
+
+static int fail(int err)
+{
+    errno = -err;
+    return -1;
+}
+
+SOV_EXPORT bool sov_is_socket(int fd)
+{
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return false;
+    sov_release(s);
+    return true;
+}
+
+SOV_EXPORT int sov_socket(int domain, int type, int protocol)
+{
+    if (domain != AF_INET && domain != AF_INET6)
+        return fail(-EAFNOSUPPORT);
+    if ((type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) != SOCK_VIA)
+        return fail(-EINVAL);
+    if (protocol != 0 && protocol != IPPROTO_TCP)
+        return fail(-EPROTONOSUPPORT);
+    int err = sov_init();
+    if (err)
+        return fail(err);
+    struct sov_sock *s = sov_sock_new(domain, type & SOCK_NONBLOCK, type & SOCK_CLOEXEC);
+    if (!s)
+        return -1;
+    s->gen++;
+    if (s->cfg.handling != SOV_SINGLE && (err = sov_handling_start()) != 0) {
+        close(s->fd);
+        sov_sock_free(s);
+        return fail(err);
+    }
+    atomic_store(&sov_g.sockets_created, true);
+    err = sov_table_insert(s);
+    if (err) {
+        close(s->fd);
+        sov_sock_free(s);
+        return fail(err);
+    }
+    return s->fd;
+}
+
+/* Is `a` an address of this host (any address, loopback, or bindable)? */
+static bool host_is_ours(const struct sockaddr *a, socklen_t len)
+{
+    if (a->sa_family == AF_INET) {
+        struct in_addr in = ((const struct sockaddr_in *)a)->sin_addr;
+        if (in.s_addr == htonl(INADDR_ANY) || (ntohl(in.s_addr) >> 24) == 127)
+            return true;
+    } else {
+        const struct in6_addr *in6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+        if (IN6_IS_ADDR_UNSPECIFIED(in6) || IN6_IS_ADDR_LOOPBACK(in6))
+            return true;
+    }
+    int fd = socket(a->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_storage tmp;
+    memcpy(&tmp, a, len < sizeof(tmp) ? len : sizeof(tmp));
+    sov_addr_set_port(&tmp, 0);
+    bool ok = bind(fd, (struct sockaddr *)&tmp, len) == 0;
+    close(fd);
+    return ok;
+}
+
+SOV_EXPORT int sov_bind(int fd, const struct sockaddr *addr, socklen_t addrlen)
+{
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return -1;
+    int err = sov_addr_check(s, addr, addrlen);
+    if (!err && (s->bound || s->kind != SK_NEW))
+        err = -EINVAL;
+    if (!err && !host_is_ours(addr, addrlen))
+        err = -EADDRNOTAVAIL;
+    if (!err) {
+        memcpy(&s->local, addr, s->local_len);
+        err = sov_reserve_port(s, sov_addr_port(addr));
+        s->bound = err == 0;
+    }
+    sov_release(s);
+    return err ? fail(err) : 0;
+}
+
+SOV_EXPORT int sov_listen(int fd, int backlog)
+{
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return -1;
+    int err = 0;
+    if (s->kind == SK_LISTENING) {
+        sov_release(s); /* a second listen() only changes the backlog in TCP */
+        return 0;
+    }
+    if (s->kind != SK_NEW)
+        err = -EINVAL;
+    if (!err && !s->bound) {
+        err = sov_reserve_port(s, 0);
+        s->bound = err == 0;
+    }
+    if (!err)
+        err = sov_listen_start(s, backlog <= 0 ? 1 : backlog);
+    sov_release(s);
+    return err ? fail(err) : 0;
+}
+
+SOV_EXPORT int sov_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
+{
+    if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))
+        return fail(-EINVAL);
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return -1;
+    if (s->kind != SK_LISTENING) {
+        sov_release(s);
+        return fail(-EINVAL);
+    }
+    bool nonblock = s->nonblock;
+    int domain = s->domain;
+    struct sockaddr_storage local = s->local;
+    socklen_t local_len = s->local_len;
+    sov_release(s); /* accept sleeps on the listener's queue, not the lock */
+
+    struct sockaddr_storage peer;
+    socklen_t peer_len;
+    int err;
+    struct sov_conn *c = sov_accept_take(s, &peer, &peer_len, nonblock, &err);
+    if (!c)
+        return fail(err);
+    struct sov_sock *n = sov_sock_new(domain, flags & SOCK_NONBLOCK, flags & SOCK_CLOEXEC);
+    if (!n) {
+        sov_conn_destroy(c);
+        return -1;
+    }
+    n->gen++;
+    sov_lock(&n->lock);
+    n->cfg = c->cfg;
+    n->conn = c;
+    n->kind = SK_CONNECTED;
+    n->local = local;
+    n->local_len = local_len;
+    if (local.ss_family == AF_INET &&
+        ((struct sockaddr_in *)&local)->sin_addr.s_addr == htonl(INADDR_ANY))
+        ((struct sockaddr_in *)&n->local)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (local.ss_family == AF_INET6 &&
+        IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&local)->sin6_addr))
+        ((struct sockaddr_in6 *)&n->local)->sin6_addr = in6addr_loopback;
+    n->peer = peer;
+    n->peer_len = peer_len;
+    sov_conn_established(n);
+    sov_unlock(&n->lock);
+    err = sov_table_insert(n);
+    if (err) {
+        sov_conn_destroy(c);
+        close(n->fd);
+        sov_sock_free(n);
+        return fail(err);
+    }
+    sov_copy_addr(&peer, peer_len, addr, addrlen);
+    return n->fd;
+}
+
+SOV_EXPORT int sov_accept(int fd, struct sockaddr *addr, socklen_t *addrlen)
+{
+    return sov_accept4(fd, addr, addrlen, 0);
+}
+
+SOV_EXPORT int sov_connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
+{
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return -1;
+    int err = sov_do_connect(s, addr, addrlen);
+    bool orphan = s->dead; /* closed by another thread while we connected */
+    sov_release(s);
+    if (orphan)
+        sov_sock_free(s);
+    return err ? fail(err) : 0;
+}
+
+/* EPIPE raises SIGPIPE at the calling thread unless MSG_NOSIGNAL, as the
+ * kernel does. */
+static ssize_t send_result(ssize_t r, int flags)
+{
+    if (r >= 0)
+        return r;
+    if (r == -EPIPE && !(flags & MSG_NOSIGNAL))
+        pthread_kill(pthread_self(), SIGPIPE);
+    errno = (int)-r;
+    return -1;
+}
+
+static ssize_t sendv(int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+    if (iovcnt < 0 || iovcnt > IOV_MAX)
+        return fail(-EINVAL);
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return -1;
+    ssize_t r = sov_do_send(s, iov, iovcnt, flags);
+    sov_release(s);
+    return send_result(r, flags);
+}
+
+static ssize_t recvv(int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+    if (iovcnt < 0 || iovcnt > IOV_MAX)
+        return fail(-EINVAL);
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return -1;
+    ssize_t r = sov_do_recv(s, iov, iovcnt, flags);
+    sov_release(s);
+    if (r < 0) {
+        errno = (int)-r;
+        return -1;
+    }
+    return r;
+}
+
+SOV_EXPORT ssize_t sov_send(int fd, const void *buf, size_t len, int flags)
+{
+    struct iovec iov = {(void *)buf, len};
+    return sendv(fd, &iov, 1, flags);
+}
+
+SOV_EXPORT ssize_t sov_write(int fd, const void *buf, size_t len)
+{
+    return sov_send(fd, buf, len, 0);
+}
+
+SOV_EXPORT ssize_t sov_writev(int fd, const struct iovec *iov, int iovcnt)
+{
+    return sendv(fd, iov, iovcnt, 0);
+}
+
+SOV_EXPORT ssize_t sov_recv(int fd, void *buf, size_t len, int flags)
+{
+    struct iovec iov = {buf, len};
+    return recvv(fd, &iov, 1, flags);
+}
+
+SOV_EXPORT ssize_t sov_read(int fd, void *buf, size_t len)
+{
+    return sov_recv(fd, buf, len, 0);
+}
+
+SOV_EXPORT ssize_t sov_readv(int fd, const struct iovec *iov, int iovcnt)
+{
+    return recvv(fd, iov, iovcnt, 0);
+}
+
+SOV_EXPORT int sov_shutdown(int fd, int how)
+{
+    if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
+        return fail(-EINVAL);
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return -1;
+    int err = 0;
+    if (s->kind != SK_CONNECTED) {
+        err = -ENOTCONN;
+    } else {
+        if (how != SHUT_WR)
+            s->rd_shut = true;
+        if (how != SHUT_RD && !s->conn->reset)
+            err = sov_send_fin(s);
+        if (err == -ECONNRESET)
+            err = 0; /* shutting down a broken connection is not an error */
+    }
+    sov_release(s);
+    return err ? fail(err) : 0;
+}
+
+SOV_EXPORT int sov_close(int fd)
+{
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return -1;
+    s->dead = true;
+    sov_table_remove(s);
+    enum sov_kind kind = s->kind;
+    int port_fd = s->port_fd;
+    s->port_fd = -1;
+    sov_release(s);
+    /* Wake threads sleeping on this socket: they see it dead. */
+    pthread_mutex_lock(&s->wait_lock);
+    atomic_fetch_add(&s->events, 1);
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->wait_lock);
+
+    if (kind == SK_LISTENING)
+        sov_listen_stop(s);
+    close(fd);
+    if (port_fd >= 0)
+        close(port_fd);
+    if (kind == SK_CONNECTED) {
+        sov_close_connected(s); /* the close thread finishes and frees it */
+        return 0;
+    }
+    if (kind != SK_CONNECTING) /* a connect job in flight frees nothing */
+        sov_sock_free(s);
+    return 0;
+}
+
+SOV_EXPORT int sov_getsockname(int fd, struct sockaddr *addr, socklen_t *addrlen)
+{
+    if (!addr || !addrlen)
+        return fail(-EFAULT);
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return -1;
+    sov_copy_addr(&s->local, s->local_len, addr, addrlen);
+    sov_release(s);
+    return 0;
+}
+
+SOV_EXPORT int sov_getpeername(int fd, struct sockaddr *addr, socklen_t *addrlen)
+{
+    if (!addr || !addrlen)
+        return fail(-EFAULT);
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return -1;
+    int err = s->kind == SK_CONNECTED ? 0 : -ENOTCONN;
+    if (!err)
+        sov_copy_addr(&s->peer, s->peer_len, addr, addrlen);
+    sov_release(s);
+    return err ? fail(err) : 0;
+}

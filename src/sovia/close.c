@@ -1,0 +1,231 @@
+/*
+ * close.c - the service thread and finalization.
+ *
+ * sov_close returns at once; the FIN/FINACK exchange (docs/PROTOCOL.md) is
+ * finished by the service thread, which plays the papers' close thread: it
+ * polls only the connections being closed, backing off from 1 ms to 20 ms,
+ * and sleeps when there are none, so it never touches an open connection's
+ * data path. It also runs the combining timer: every combine_ms/2 it flushes
+ * combining buffers older than combine_ms (the papers' condition (1)).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include "sock.h"
+
+#define CLOSE_TIMEOUT_NS (60ull * 1000000000u) /* as TCP's FIN_WAIT_2 */
+
+static bool close_done(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    return c->reset || (c->wr_shut && c->fin_acked && c->peer_fin);
+}
+
+/* One pass over the closing sockets; true if any remain. */
+static bool service_closing(uint64_t now)
+{
+    pthread_mutex_lock(&sov_g.lock);
+    struct sov_sock **pp = &sov_g.closing, *done = NULL;
+    while (*pp) {
+        struct sov_sock *s = *pp;
+        sov_lock(&s->lock);
+        struct sov_conn *c = s->conn;
+        sov_progress(s);
+        if (!c->reset && (c->clen || !c->wr_shut)) {
+            if (sov_flush(s, false) == 0 && !c->wr_shut)
+                sov_send_fin(s);
+        }
+        bool finished = close_done(s) || now > s->close_deadline_ns;
+        sov_unlock(&s->lock);
+        if (finished) {
+            *pp = s->next_closing;
+            s->next_closing = done;
+            done = s;
+        } else {
+            pp = &s->next_closing;
+        }
+    }
+    bool more = sov_g.closing != NULL;
+    pthread_mutex_unlock(&sov_g.lock);
+    while (done) {
+        struct sov_sock *s = done;
+        done = s->next_closing;
+        sov_conn_detach_handling(s);
+        sov_conn_destroy(s->conn);
+        s->conn = NULL;
+        atomic_fetch_sub(&sov_g.open_conns, 1);
+        pthread_mutex_lock(&s->wait_lock); /* a SO_LINGER closer may wait */
+        atomic_fetch_add(&s->events, 1);
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->wait_lock);
+        sov_sock_free(s);
+    }
+    return more;
+}
+
+static void service_timers(uint64_t now)
+{
+    pthread_mutex_lock(&sov_g.lock);
+    for (struct sov_sock *s = sov_g.timed; s; s = s->next_timed) {
+        sov_lock(&s->lock);
+        if (s->conn && s->conn->clen && now >= s->conn->cdeadline_ns) {
+            sov_progress(s);
+            sov_flush(s, false);
+        }
+        sov_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&sov_g.lock);
+}
+
+static void *service_thread(void *arg)
+{
+    (void)arg;
+    uint64_t close_poll_ms = 1;
+    pthread_mutex_lock(&sov_g.lock);
+    for (;;) {
+        bool closing = sov_g.closing != NULL, timed = sov_g.timed != NULL;
+        uint64_t wait_ms = 0;
+        if (closing)
+            wait_ms = close_poll_ms;
+        if (timed) {
+            uint64_t t = sov_g.cfg.combine_ms / 2 ? sov_g.cfg.combine_ms / 2 : 1;
+            wait_ms = wait_ms && wait_ms < t ? wait_ms : t;
+        }
+        if (!wait_ms) {
+            close_poll_ms = 1;
+            pthread_cond_wait(&sov_g.service_cond, &sov_g.lock);
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)(wait_ms * 1000000);
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&sov_g.service_cond, &sov_g.lock, &ts);
+        pthread_mutex_unlock(&sov_g.lock);
+        uint64_t now = sov_now_ns();
+        if (closing && service_closing(now))
+            close_poll_ms = close_poll_ms < 20 ? close_poll_ms * 2 : 20;
+        if (timed)
+            service_timers(now);
+        pthread_mutex_lock(&sov_g.lock);
+    }
+    return NULL;
+}
+
+/* Caller holds sov_g.lock. */
+static void ensure_service(void)
+{
+    if (sov_g.service_running)
+        return;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    sov_g.service_running = pthread_create(&sov_g.service_thread, NULL, service_thread, NULL) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+void sov_service_kick(void)
+{
+    pthread_mutex_lock(&sov_g.lock);
+    ensure_service();
+    pthread_cond_signal(&sov_g.service_cond);
+    pthread_mutex_unlock(&sov_g.lock);
+}
+
+void sov_timer_add(struct sov_sock *s)
+{
+    pthread_mutex_lock(&sov_g.lock);
+    if (!s->timed) {
+        s->next_timed = sov_g.timed;
+        sov_g.timed = s;
+        s->timed = true;
+    }
+    ensure_service();
+    pthread_cond_signal(&sov_g.service_cond);
+    pthread_mutex_unlock(&sov_g.lock);
+}
+
+void sov_timer_remove(struct sov_sock *s)
+{
+    pthread_mutex_lock(&sov_g.lock);
+    for (struct sov_sock **p = &sov_g.timed; *p; p = &(*p)->next_timed)
+        if (*p == s) {
+            *p = s->next_timed;
+            break;
+        }
+    s->timed = false;
+    pthread_mutex_unlock(&sov_g.lock);
+}
+
+/* A socket just became connected (s->lock held). */
+void sov_conn_established(struct sov_sock *s)
+{
+    atomic_fetch_add(&sov_g.open_conns, 1);
+    sov_conn_attach_handling(s);
+    if (s->conn->cfg.combine) {
+        sov_unlock(&s->lock);
+        sov_timer_add(s);
+        sov_lock(&s->lock);
+    }
+}
+
+/*
+ * sov_close of a connected socket (unlocked, already dead and unlisted):
+ * reset at once if unread data is pending or SO_LINGER says so, else hand
+ * it to the service thread to finish gracefully; SO_LINGER with a timeout
+ * waits for that.
+ */
+void sov_close_connected(struct sov_sock *s)
+{
+    sov_timer_remove(s);
+    sov_lock(&s->lock);
+    struct sov_conn *c = s->conn;
+    sov_progress(s);
+    bool abort = c->rx_bytes || c->reset || (s->linger.l_onoff && s->linger.l_linger == 0);
+    s->app_closed = true;
+    if (abort) {
+        sov_unlock(&s->lock);
+        sov_conn_detach_handling(s);
+        sov_conn_destroy(c); /* the peer sees ECONNRESET */
+        s->conn = NULL;
+        atomic_fetch_sub(&sov_g.open_conns, 1);
+        sov_sock_free(s);
+        return;
+    }
+    if (c->clen == 0 && !c->wr_shut)
+        sov_send_fin(s); /* fast path: FIN now; the thread does the rest */
+    uint64_t linger_ns = s->linger.l_onoff ? (uint64_t)s->linger.l_linger * 1000000000u : 0;
+    s->close_deadline_ns = sov_now_ns() + (linger_ns ? linger_ns : CLOSE_TIMEOUT_NS);
+    unsigned seen = atomic_load(&s->events);
+    sov_unlock(&s->lock);
+    pthread_mutex_lock(&sov_g.lock);
+    s->next_closing = sov_g.closing;
+    sov_g.closing = s;
+    ensure_service();
+    pthread_cond_signal(&sov_g.service_cond);
+    pthread_mutex_unlock(&sov_g.lock);
+    if (linger_ns) { /* SO_LINGER: wait until the service thread is done */
+        pthread_mutex_lock(&s->wait_lock);
+        while (atomic_load(&s->events) == seen)
+            pthread_cond_wait(&s->cond, &s->wait_lock);
+        pthread_mutex_unlock(&s->wait_lock);
+    }
+}
+
+/* At exit: close what the application left open, gracefully, and wait up
+ * to 2 s for every connection to finish (seed 000, section 4.4). */
+void sov_atexit(void)
+{
+    for (int fd = 0; fd < 1 << 20; fd++) {
+        struct sov_sock *s = sov_lookup(fd);
+        if (s)
+            sov_close(fd);
+    }
+    uint64_t end = sov_now_ns() + 2000000000u;
+    while (atomic_load(&sov_g.open_conns) && sov_now_ns() < end) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+}

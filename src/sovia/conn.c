@@ -1,0 +1,450 @@
+/*
+ * conn.c - a connection's VI and buffers; connect, listen and accept.
+ *
+ * Every connection pre-posts P receive buffers of one MTU in its VI's arena
+ * before it connects, so the peer's first packets always find one. The
+ * server side runs one connection thread per listening socket (as the
+ * papers do): it takes each VI connection request, accepts it and queues
+ * the connection, so connect() completes before the server reaches accept().
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sock.h"
+
+struct pending {
+    struct sov_conn *conn;
+    struct sockaddr_storage peer;
+    socklen_t peer_len;
+};
+
+struct sov_listener {
+    struct sov_sock *s;
+    VIP_NET_ADDRESS *addr;
+    pthread_t thread;
+    atomic_bool stop;
+    struct sov_config cfg;
+    int domain;
+    struct pending *q; /* accept queue (under s->wait_lock) */
+    unsigned head, count, cap;
+};
+
+static VIP_RETURN reg(void *p, size_t len, VIP_MEM_HANDLE *mh)
+{
+    VIP_MEM_ATTRIBUTES ma = {.Ptag = sov_g.ptag};
+    return VipRegisterMem(sov_g.nic, p, len, &ma, mh);
+}
+
+static void dereg(void *p, VIP_MEM_HANDLE mh)
+{
+    if (p && mh)
+        VipDeregisterMem(sov_g.nic, p, mh);
+}
+
+static int post_recv_buffer(struct sov_conn *c, unsigned i)
+{
+    VIP_DESCRIPTOR *d = &c->rdesc[i];
+    memset(&d->CS, 0, sizeof(d->CS));
+    d->CS.SegCount = 1;
+    d->DS[0].Local.Data.Address = c->arena + (size_t)i * c->cfg.mtu;
+    d->DS[0].Local.Handle = c->arena_mh;
+    d->DS[0].Local.Length = (VIP_UINT32)c->cfg.mtu;
+    return VipPostRecv(c->vi, d, c->desc_mh) == VIP_SUCCESS ? 0 : -ENOMEM;
+}
+
+struct sov_conn *sov_conn_create(const struct sov_config *cfg, int *err)
+{
+    struct sov_conn *c = calloc(1, sizeof(*c));
+    if (!c) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    c->cfg = *cfg;
+    c->nrecv = sov_recv_buffers(cfg);
+    c->nsend = 4;
+    VIP_VI_ATTRIBUTES va = {.ReliabilityLevel = VIP_SERVICE_RELIABLE_DELIVERY,
+                            .MaxTransferSize = cfg->mtu,
+                            .Ptag = sov_g.ptag};
+    /* Receives always land in the arena: no staging area is needed. */
+    VIPX_VI_CONFIG vc = {.QueueDepth = c->nrecv + c->nsend + 1,
+                         .StagingBytes = 64,
+                         .ArenaBytes = (VIP_ULONG)c->nrecv * cfg->mtu};
+    size_t dlen = (size_t)(c->nrecv + c->nsend) * sizeof(VIP_DESCRIPTOR);
+    VIP_PVOID arena;
+    VIP_ULONG alen;
+    *err = -ENOMEM;
+    if (VipxCreateVi(sov_g.nic, &va, NULL, sov_g.cq, &vc, &c->vi) != VIP_SUCCESS) {
+        free(c);
+        return NULL;
+    }
+    c->rdesc = aligned_alloc(VIP_DESCRIPTOR_ALIGNMENT, dlen);
+    c->sbuf = aligned_alloc(64, (cfg->mtu + 63) & ~(size_t)63);
+    c->cbuf = aligned_alloc(64, (cfg->mtu + 63) & ~(size_t)63);
+    c->recvq = calloc(c->nrecv + 1, sizeof(*c->recvq));
+    if (VipxViArena(c->vi, &arena, &alen) != VIP_SUCCESS || !arena || !c->rdesc || !c->sbuf ||
+        !c->cbuf || !c->recvq)
+        goto fail;
+    c->arena = arena;
+    memset(c->rdesc, 0, dlen);
+    c->sdesc = c->rdesc + c->nrecv;
+    if (reg(c->arena, alen, &c->arena_mh) != VIP_SUCCESS ||
+        reg(c->rdesc, dlen, &c->desc_mh) != VIP_SUCCESS ||
+        reg(c->sbuf, cfg->mtu, &c->sbuf_mh) != VIP_SUCCESS ||
+        reg(c->cbuf, cfg->mtu, &c->cbuf_mh) != VIP_SUCCESS)
+        goto fail;
+    for (unsigned i = 0; i < c->nrecv; i++)
+        if (post_recv_buffer(c, i) != 0)
+            goto fail;
+    c->credits = cfg->window;
+    c->stats.window = cfg->window;
+    c->stats.recv_buffers = c->nrecv;
+    /* This end owns its arena plus the control and completion lines. */
+    c->stats.shm_bytes = alen + (size_t)(c->nrecv + c->nsend + 1) * 2 * 64 + 3 * 4096;
+    return c;
+fail:
+    sov_conn_destroy(c);
+    return NULL;
+}
+
+/* Tears the connection down at once (the peer sees ECONNRESET). */
+void sov_conn_destroy(struct sov_conn *c)
+{
+    if (!c)
+        return;
+    if (c->vi) {
+        VIP_VI_STATE st;
+        VipQueryVi(c->vi, &st, NULL, NULL, NULL);
+        if (st == VIP_STATE_CONNECTED || st == VIP_STATE_ERROR)
+            VipDisconnect(c->vi);
+        VIP_DESCRIPTOR *d;
+        while (VipRecvDone(c->vi, &d) == VIP_SUCCESS || VipSendDone(c->vi, &d) == VIP_SUCCESS)
+            ;
+        VipDestroyVi(c->vi);
+    }
+    dereg(c->arena, c->arena_mh);
+    dereg(c->rdesc, c->desc_mh);
+    dereg(c->sbuf, c->sbuf_mh);
+    dereg(c->cbuf, c->cbuf_mh);
+    free(c->rdesc);
+    free(c->sbuf);
+    free(c->cbuf);
+    free(c->recvq);
+    free(c);
+}
+
+/* Sends one packet and reaps its completion. Every packet carries the
+ * acknowledgements owed (piggybacking). 0 or -ECONNRESET. */
+int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,
+                    VIP_MEM_HANDLE mh)
+{
+    VIP_DESCRIPTOR *d = &c->sdesc[c->s_next++ % c->nsend];
+    uint32_t acks = c->to_ack;
+    memset(&d->CS, 0, sizeof(d->CS));
+    d->CS.Control = VIP_CONTROL_OP_SENDRECV | VIP_CONTROL_IMMEDIATE;
+    d->CS.ImmediateData = pkt_imm(type, acks);
+    d->CS.SegCount = len ? 1 : 0;
+    if (len) {
+        d->DS[0].Local.Data.Address = (void *)data;
+        d->DS[0].Local.Handle = mh;
+        d->DS[0].Local.Length = len;
+    }
+    if (VipPostSend(c->vi, d, c->desc_mh) != VIP_SUCCESS) {
+        c->reset = true;
+        return -ECONNRESET;
+    }
+    /* The send queue completes in order; wait for this descriptor. */
+    VIP_DESCRIPTOR *done = NULL;
+    while (done != d)
+        if (VipSendDone(c->vi, &done) == VIP_NOT_DONE)
+            __builtin_ia32_pause();
+    if (d->CS.Status & VIP_STATUS_ERROR_MASK) {
+        c->reset = true;
+        return -ECONNRESET;
+    }
+    c->to_ack = 0;
+    if (acks && type == PKT_DATA)
+        c->stats.acks_piggybacked += acks;
+    if (type == PKT_ACK)
+        c->stats.ack_packets_sent++;
+    return 0;
+}
+
+int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type)
+{
+    return sov_post_packet(c, type, NULL, 0, 0);
+}
+
+static int map_connect_error(VIP_RETURN r)
+{
+    switch (r) {
+    case VIP_NO_MATCH:
+    case VIP_REJECT:
+        return -ECONNREFUSED;
+    case VIP_TIMEOUT:
+        return -ETIMEDOUT;
+    case VIP_NOT_REACHABLE:
+        return -ENETUNREACH;
+    default:
+        return -ECONNREFUSED;
+    }
+}
+
+struct connect_job {
+    struct sov_sock *s;
+    bool detached; /* a non-blocking connect's own thread */
+    unsigned gen;
+    int fd;
+    struct sockaddr_storage to;
+    struct sov_config cfg;
+};
+
+/* Connects and installs the connection in the socket if it still exists. */
+static int run_connect(struct connect_job *j)
+{
+    int err;
+    VIP_NET_ADDRESS *local = sov_vi_address((struct sockaddr *)&j->s->local);
+    VIP_NET_ADDRESS *remote = sov_vi_address((struct sockaddr *)&j->to);
+    struct sov_conn *c = local && remote ? sov_conn_create(&j->cfg, &err) : NULL;
+    if (!local || !remote)
+        err = -ENOMEM;
+    if (c) {
+        VIP_VI_ATTRIBUTES ra;
+        VIP_RETURN r = VipConnectRequest(c->vi, local, remote, 30000, &ra);
+        err = r == VIP_SUCCESS ? sov_conn_send_ctrl(c, PKT_WAKEUP) : map_connect_error(r);
+    }
+    free(local);
+    free(remote);
+    struct sov_sock *s = j->s;
+    sov_lock(&s->lock);
+    bool gone = s->dead || s->gen != j->gen || s->fd != j->fd;
+    if (!gone) {
+        if (err == 0) {
+            s->conn = c;
+            s->kind = SK_CONNECTED;
+            sov_conn_established(s);
+        } else {
+            s->kind = SK_NEW;
+            s->so_error = -err;
+        }
+    }
+    bool free_sock = gone && j->detached && s->dead && s->gen == j->gen;
+    sov_unlock(&s->lock);
+    if (gone || err)
+        sov_conn_destroy(c);
+    if (gone && !err)
+        err = -EBADF;
+    pthread_mutex_lock(&s->wait_lock);
+    atomic_fetch_add(&s->events, 1);
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->wait_lock);
+    sov_signal_event();
+    if (free_sock) /* closed while connecting: sov_close left it to us */
+        sov_sock_free(s);
+    return err;
+}
+
+static void *connect_thread(void *arg)
+{
+    struct connect_job *j = arg;
+    run_connect(j);
+    free(j);
+    return NULL;
+}
+
+/* Caller holds s->lock; it is released while a blocking connect runs. */
+int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len)
+{
+    int err = sov_addr_check(s, to, len);
+    if (err)
+        return err;
+    if (s->kind == SK_CONNECTING)
+        return -EALREADY;
+    if (s->kind != SK_NEW)
+        return -EISCONN;
+    if (sov_addr_port(to) == 0)
+        return -ECONNREFUSED;
+    if (!s->bound) {
+        err = sov_reserve_port(s, 0);
+        if (err)
+            return err;
+        s->bound = true;
+    }
+    struct connect_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return -ENOMEM;
+    *j = (struct connect_job){.s = s, .gen = s->gen, .fd = s->fd, .cfg = s->cfg};
+    memcpy(&j->to, to, len < sizeof(j->to) ? len : sizeof(j->to));
+    memcpy(&s->peer, &j->to, sizeof(s->peer));
+    s->peer_len = len < sizeof(s->peer) ? len : sizeof(s->peer);
+    s->kind = SK_CONNECTING;
+    s->so_error = 0;
+    if (s->nonblock) {
+        j->detached = true;
+        pthread_t t;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &at, connect_thread, j);
+        pthread_attr_destroy(&at);
+        if (rc != 0) {
+            free(j);
+            s->kind = SK_NEW;
+            return -EAGAIN;
+        }
+        return -EINPROGRESS;
+    }
+    sov_unlock(&s->lock);
+    err = run_connect(j);
+    free(j);
+    sov_lock(&s->lock);
+    if (!err)
+        return 0;
+    s->so_error = 0; /* reported by this call, not later */
+    return err;
+}
+
+/* ---- Listening ------------------------------------------------------------ */
+
+static void *connection_thread(void *arg)
+{
+    struct sov_listener *l = arg;
+    VIP_NET_ADDRESS *remote = calloc(1, sizeof(VIP_NET_ADDRESS) + 16 + 64);
+    while (remote && !atomic_load(&l->stop)) {
+        VIP_CONN_HANDLE ch;
+        VIP_VI_ATTRIBUTES ra;
+        VIP_RETURN r = VipConnectWait(sov_g.nic, l->addr, VIP_INFINITE, remote, &ra, &ch);
+        if (r == VIP_INVALID_STATE || atomic_load(&l->stop)) {
+            if (r == VIP_SUCCESS)
+                VipConnectReject(ch);
+            break;
+        }
+        if (r != VIP_SUCCESS)
+            continue;
+        struct pending p = {0};
+        int err;
+        pthread_mutex_lock(&l->s->wait_lock);
+        bool full = l->count == l->cap;
+        pthread_mutex_unlock(&l->s->wait_lock);
+        if (full || sov_sockaddr_from_vi(remote, l->domain, &p.peer, &p.peer_len) != 0 ||
+            !(p.conn = sov_conn_create(&l->cfg, &err))) {
+            VipConnectReject(ch); /* the client gets ECONNREFUSED */
+            continue;
+        }
+        if (VipConnectAccept(ch, p.conn->vi) != VIP_SUCCESS ||
+            sov_conn_send_ctrl(p.conn, PKT_WAKEUP) != 0) {
+            sov_conn_destroy(p.conn);
+            continue;
+        }
+        pthread_mutex_lock(&l->s->wait_lock);
+        l->q[(l->head + l->count) % l->cap] = p;
+        l->count++;
+        atomic_fetch_add(&l->s->events, 1);
+        pthread_cond_broadcast(&l->s->cond);
+        pthread_mutex_unlock(&l->s->wait_lock);
+        sov_signal_event();
+    }
+    free(remote);
+    return NULL;
+}
+
+/* Caller holds s->lock. */
+int sov_listen_start(struct sov_sock *s, int backlog)
+{
+    struct sov_listener *l = calloc(1, sizeof(*l));
+    if (!l)
+        return -ENOMEM;
+    l->s = s;
+    l->cfg = s->cfg;
+    l->domain = s->domain;
+    l->cap = backlog < 1 ? 1 : backlog > 4096 ? 4096 : (unsigned)backlog;
+    l->q = calloc(l->cap, sizeof(*l->q));
+    l->addr = sov_vi_address((struct sockaddr *)&s->local);
+    if (!l->q || !l->addr) {
+        free(l->q);
+        free(l->addr);
+        free(l);
+        return -ENOMEM;
+    }
+    VIP_RETURN r = VipxListen(sov_g.nic, l->addr);
+    if (r != VIP_SUCCESS) {
+        free(l->q);
+        free(l->addr);
+        free(l);
+        return r == VIP_ERROR_RESOURCE ? -EADDRINUSE : -EADDRNOTAVAIL;
+    }
+    if (pthread_create(&l->thread, NULL, connection_thread, l) != 0) {
+        VipxUnlisten(sov_g.nic, l->addr);
+        free(l->q);
+        free(l->addr);
+        free(l);
+        return -EAGAIN;
+    }
+    s->lst = l;
+    s->kind = SK_LISTENING;
+    return 0;
+}
+
+/* Stops the connection thread and refuses what is still queued. The
+ * caller must not hold s->lock (the thread may be queueing). */
+void sov_listen_stop(struct sov_sock *s)
+{
+    struct sov_listener *l = s->lst;
+    if (!l)
+        return;
+    atomic_store(&l->stop, true);
+    VipxUnlisten(sov_g.nic, l->addr); /* wakes VipConnectWait */
+    pthread_join(l->thread, NULL);
+    for (unsigned i = 0; i < l->count; i++)
+        sov_conn_destroy(l->q[(l->head + i) % l->cap].conn);
+    free(l->q);
+    free(l->addr);
+    free(l);
+    s->lst = NULL;
+}
+
+bool sov_accept_ready(struct sov_sock *s)
+{
+    pthread_mutex_lock(&s->wait_lock);
+    bool ready = s->lst && s->lst->count > 0;
+    pthread_mutex_unlock(&s->wait_lock);
+    return ready;
+}
+
+/* Takes the next accepted connection; blocks unless nonblock. The caller
+ * does not hold s->lock. */
+struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *peer,
+                                 socklen_t *peer_len, bool nonblock, int *err)
+{
+    pthread_mutex_lock(&s->wait_lock);
+    for (;;) {
+        struct sov_listener *l = s->lst;
+        if (!l || s->dead) {
+            *err = -EINVAL;
+            break;
+        }
+        if (l->count) {
+            struct pending p = l->q[l->head];
+            l->head = (l->head + 1) % l->cap;
+            l->count--;
+            pthread_mutex_unlock(&s->wait_lock);
+            *peer = p.peer;
+            *peer_len = p.peer_len;
+            return p.conn;
+        }
+        if (nonblock) {
+            *err = -EAGAIN;
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cond, &s->wait_lock, &ts);
+    }
+    pthread_mutex_unlock(&s->wait_lock);
+    return NULL;
+}

@@ -1,0 +1,466 @@
+/*
+ * data.c - the protocol engine: handling incoming packets, sending with
+ * flow control, combining and copy-or-register, receiving from the recvq,
+ * delayed acknowledgements, and waiting. Callers hold the socket's lock.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <string.h>
+#include <time.h>
+
+#include "sock.h"
+
+static void abort_conn(struct sov_conn *c)
+{
+    c->reset = true;
+    VIP_VI_STATE st;
+    if (VipQueryVi(c->vi, &st, NULL, NULL, NULL) == VIP_SUCCESS && st == VIP_STATE_CONNECTED)
+        VipDisconnect(c->vi); /* the peer learns at once (ECONNRESET) */
+}
+
+static int repost(struct sov_conn *c, unsigned i)
+{
+    VIP_DESCRIPTOR *d = &c->rdesc[i];
+    d->CS.Status = 0;
+    d->CS.Length = 0;
+    d->CS.ImmediateData = 0;
+    d->CS.Control = 0;
+    d->CS.SegCount = 1;
+    d->DS[0].Local.Length = (VIP_UINT32)c->cfg.mtu;
+    if (VipPostRecv(c->vi, d, c->desc_mh) != VIP_SUCCESS) {
+        abort_conn(c);
+        return -ECONNRESET;
+    }
+    return 0;
+}
+
+/* A DATA buffer was read completely: repost it and owe the peer an
+ * acknowledgement, sent on its own only when t of them are owed. */
+static void consumed(struct sov_conn *c, unsigned i)
+{
+    if (repost(c, i) != 0)
+        return;
+    c->to_ack++;
+    if (c->to_ack >= c->cfg.ack_threshold)
+        sov_conn_send_ctrl(c, PKT_ACK);
+}
+
+void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
+{
+    struct sov_conn *c = s->conn;
+    size_t i = (size_t)(d - c->rdesc);
+    if (i >= c->nrecv)
+        return; /* not ours: cannot happen with a sane provider */
+    uint32_t status = d->CS.Status;
+    if (status & VIP_STATUS_ERROR_MASK) {
+        c->reset = true; /* flushed: the VI broke or the peer disconnected */
+        return;
+    }
+    uint32_t imm = d->CS.ImmediateData;
+    uint32_t type = imm & PKT_TYPE_MASK, acks = (imm >> PKT_ACKS_SHIFT) & PKT_ACKS_MAX;
+    /* The peer can only acknowledge what we sent: anything else is a
+     * protocol violation, and fails this connection only. */
+    if (acks > c->cfg.window - c->credits) {
+        abort_conn(c);
+        return;
+    }
+    c->credits += acks;
+    switch (type) {
+    case PKT_DATA: {
+        uint32_t len = d->CS.Length;
+        if (len == 0 || len > c->cfg.mtu || c->rq_count > c->nrecv) {
+            abort_conn(c);
+            return;
+        }
+        c->stats.data_packets_received++;
+        c->stats.bytes_received += len;
+        if (s->app_closed) { /* data for a closed socket: TCP resets */
+            abort_conn(c);
+            return;
+        }
+        if (s->rd_shut) {
+            consumed(c, (unsigned)i);
+            return;
+        }
+        c->recvq[(c->rq_head + c->rq_count) % (c->nrecv + 1)] = (unsigned)i;
+        c->rq_count++;
+        c->rx_bytes += len;
+        return;
+    }
+    case PKT_ACK:
+        c->stats.ack_packets_received++;
+        repost(c, (unsigned)i);
+        return;
+    case PKT_WAKEUP:
+        repost(c, (unsigned)i);
+        return;
+    case PKT_FIN:
+        c->peer_fin = true;
+        if (repost(c, (unsigned)i) == 0)
+            sov_conn_send_ctrl(c, PKT_FINACK);
+        return;
+    case PKT_FINACK:
+        c->fin_acked = true;
+        repost(c, (unsigned)i);
+        return;
+    default:
+        abort_conn(c);
+    }
+}
+
+/* Handles every completed receive of the socket's VI (SINGLE strategy; in
+ * HANDLER and NOTIFY another thread does this). */
+int sov_progress(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    if (!c || c->cfg.handling != SOV_SINGLE)
+        return 0;
+    int n = 0;
+    VIP_DESCRIPTOR *d;
+    while (VipRecvDone(c->vi, &d) == VIP_SUCCESS) {
+        sov_handle_packet(s, d);
+        n++;
+    }
+    return n;
+}
+
+/* ---- Waiting ------------------------------------------------------------- */
+
+/* Sleeps until the CQ may have news for us (or a 20 ms slice passes: a
+ * second waiter may have drained the shared wake-up). -EINTR on a signal. */
+static int block_on_cq(struct sov_sock *s)
+{
+    VipxCQArm(sov_g.cq, VIP_TRUE);
+    int n = sov_progress(s);
+    if (n == 0) {
+        sov_unlock(&s->lock);
+        struct pollfd pfd = {.fd = sov_g.cq_fd, .events = POLLIN};
+        int rc = poll(&pfd, 1, 20);
+        int err = rc < 0 ? errno : 0;
+        sov_lock(&s->lock);
+        VipxCQArm(sov_g.cq, VIP_FALSE);
+        return err == EINTR ? -EINTR : 0;
+    }
+    VipxCQArm(sov_g.cq, VIP_FALSE);
+    return 0;
+}
+
+/* HANDLER / NOTIFY: another thread handles packets and bumps s->events. */
+static int wait_for_handler(struct sov_sock *s)
+{
+    unsigned seen = atomic_load(&s->events);
+    sov_unlock(&s->lock);
+    pthread_mutex_lock(&s->wait_lock);
+    if (atomic_load(&s->events) == seen) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cond, &s->wait_lock, &ts);
+    }
+    pthread_mutex_unlock(&s->wait_lock);
+    sov_lock(&s->lock);
+    return 0;
+}
+
+/*
+ * Waits a little for something to happen on the socket, per the wait mode:
+ * POLL spins, BLOCK sleeps, ADAPTIVE spins for spin_us (counted from
+ * *spun_since, 0 on the first call) and then sleeps. Returns 0 to re-check,
+ * -EINTR, or -EBADF when the socket was closed meanwhile.
+ */
+int sov_wait(struct sov_sock *s, uint64_t *spun_since)
+{
+    struct sov_conn *c = s->conn;
+    int rc = 0;
+    if (c && c->cfg.handling != SOV_SINGLE) {
+        rc = wait_for_handler(s);
+    } else {
+        enum sov_wait_mode mode = c ? c->cfg.wait_mode : s->cfg.wait_mode;
+        if (mode == SOV_WAIT_ADAPTIVE) {
+            uint64_t now = sov_now_ns();
+            if (!*spun_since)
+                *spun_since = now;
+            mode = now - *spun_since < (uint64_t)s->cfg.spin_us * 1000 ? SOV_WAIT_POLL
+                                                                         : SOV_WAIT_BLOCK;
+        }
+        if (mode == SOV_WAIT_POLL) {
+            /* One pause: it costs ~140 cycles on recent cores, more would
+             * delay noticing the packet we wait for. */
+            sov_unlock(&s->lock);
+            __builtin_ia32_pause();
+            sov_lock(&s->lock);
+        } else {
+            rc = block_on_cq(s);
+        }
+    }
+    if (s->dead)
+        return -EBADF;
+    return rc;
+}
+
+/* ---- Sending ---------------------------------------------------------------- */
+
+/* Waits for the window to open. 0, -EAGAIN, -EINTR, -ECONNRESET, -EBADF. */
+static int wait_credit(struct sov_sock *s, bool nonblock)
+{
+    struct sov_conn *c = s->conn;
+    uint64_t spun = 0;
+    bool stalled = false;
+    while (c->credits == 0) {
+        if (c->reset)
+            return -ECONNRESET;
+        sov_progress(s);
+        if (c->credits)
+            break;
+        if (nonblock)
+            return -EAGAIN;
+        if (!stalled) {
+            c->stats.window_stalls++;
+            stalled = true;
+        }
+        int rc = sov_wait(s, &spun);
+        if (rc)
+            return rc;
+        c = s->conn;
+    }
+    return c->reset ? -ECONNRESET : 0;
+}
+
+/* One DATA packet from the caller's memory: copied into the pre-registered
+ * send buffer when small (or in COPY mode), else registered in place. */
+static int send_data(struct sov_conn *c, const void *p, size_t len)
+{
+    bool copy = c->cfg.copy_mode == SOV_COPY ||
+                (c->cfg.copy_mode == SOV_HYBRID && len <= c->cfg.copy_threshold);
+    int rc;
+    if (!copy) {
+        VIP_MEM_ATTRIBUTES ma = {.Ptag = sov_g.ptag};
+        VIP_MEM_HANDLE mh;
+        if (VipRegisterMem(sov_g.nic, (void *)p, len, &ma, &mh) == VIP_SUCCESS) {
+            rc = sov_post_packet(c, PKT_DATA, p, (uint32_t)len, mh);
+            VipDeregisterMem(sov_g.nic, (void *)p, mh);
+            c->stats.registered_sends++;
+            goto sent;
+        }
+        /* Registration refused (read-only mapping on some providers): copy. */
+    }
+    memcpy(c->sbuf, p, len);
+    rc = sov_post_packet(c, PKT_DATA, c->sbuf, (uint32_t)len, c->sbuf_mh);
+    c->stats.copied_sends++;
+sent:
+    if (rc)
+        return rc;
+    c->credits--;
+    c->stats.data_packets_sent++;
+    c->stats.bytes_sent += len;
+    return 0;
+}
+
+/* Sends the combining buffer. 0, or what wait_credit says. */
+int sov_flush(struct sov_sock *s, bool may_block)
+{
+    struct sov_conn *c = s->conn;
+    if (!c || c->clen == 0)
+        return 0;
+    int rc = wait_credit(s, !may_block);
+    if (rc)
+        return rc;
+    c = s->conn;
+    rc = sov_post_packet(c, PKT_DATA, c->cbuf, (uint32_t)c->clen, c->cbuf_mh);
+    if (rc)
+        return rc;
+    c->credits--;
+    c->stats.data_packets_sent++;
+    c->stats.bytes_sent += c->clen;
+    c->stats.combined_messages += c->combined_msgs;
+    c->clen = 0;
+    c->combined_msgs = 0;
+    return 0;
+}
+
+static int send_error(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    if (c->reset) {
+        if (!c->reset_told) {
+            c->reset_told = true;
+            return -ECONNRESET;
+        }
+        return -EPIPE;
+    }
+    return c->wr_shut ? -EPIPE : 0;
+}
+
+ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags)
+{
+    if (flags & MSG_OOB)
+        return -EOPNOTSUPP;
+    if (s->kind != SK_CONNECTED)
+        return -ENOTCONN;
+    sov_progress(s);
+    int err = send_error(s);
+    if (err)
+        return err;
+    struct sov_conn *c = s->conn;
+    bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
+    bool combine = c->cfg.combine && !s->nodelay;
+    size_t sent = 0;
+    for (int k = 0; k < iovcnt; k++) {
+        const uint8_t *p = iov[k].iov_base;
+        size_t left = iov[k].iov_len;
+        while (left) {
+            c = s->conn;
+            size_t chunk = left < c->cfg.mtu ? left : c->cfg.mtu;
+            int rc = 0;
+            if (combine && chunk < c->cfg.copy_threshold) {
+                if (c->clen + chunk > c->cfg.mtu)
+                    rc = sov_flush(s, !nonblock); /* condition (2): no room */
+                if (rc == 0) {
+                    c = s->conn;
+                    if (c->clen == 0)
+                        c->cdeadline_ns = sov_now_ns() + (uint64_t)c->cfg.combine_ms * 1000000;
+                    memcpy(c->cbuf + c->clen, p, chunk);
+                    c->clen += chunk;
+                    c->combined_msgs++;
+                }
+            } else {
+                rc = sov_flush(s, !nonblock); /* condition (3): a large send */
+                if (rc == 0)
+                    rc = wait_credit(s, nonblock);
+                if (rc == 0)
+                    rc = send_data(s->conn, p, chunk);
+            }
+            if (rc) {
+                if (sent && (rc == -EAGAIN || rc == -EINTR))
+                    return (ssize_t)sent;
+                return rc == -ECONNRESET ? send_error(s) : rc;
+            }
+            p += chunk;
+            left -= chunk;
+            sent += chunk;
+            if (sent >= SSIZE_MAX - c->cfg.mtu)
+                return (ssize_t)sent;
+        }
+    }
+    return (ssize_t)sent;
+}
+
+/* ---- Receiving -------------------------------------------------------------- */
+
+/* Copies up to `max` unread bytes into the iovec from byte `at` on.
+ * Consumes them (reposting emptied buffers) unless `peek`. */
+static size_t copy_out(struct sov_conn *c, const struct iovec *iov, int iovcnt, size_t at,
+                       size_t max, bool peek)
+{
+    size_t done = 0, off = c->rq_off;
+    unsigned q = 0;
+    int k = 0;
+    size_t kpos = 0; /* position inside iov[k] */
+    /* Skip to byte `at` of the iovec. */
+    while (k < iovcnt && at >= iov[k].iov_len) {
+        at -= iov[k].iov_len;
+        k++;
+    }
+    kpos = at;
+    while (done < max && q < c->rq_count && k < iovcnt) {
+        unsigned i = c->recvq[(c->rq_head + q) % (c->nrecv + 1)];
+        const uint8_t *buf = c->arena + (size_t)i * c->cfg.mtu;
+        size_t blen = c->rdesc[i].CS.Length;
+        size_t n = blen - off;
+        if (n > max - done)
+            n = max - done;
+        if (n > iov[k].iov_len - kpos)
+            n = iov[k].iov_len - kpos;
+        memcpy((uint8_t *)iov[k].iov_base + kpos, buf + off, n);
+        done += n;
+        off += n;
+        kpos += n;
+        if (kpos == iov[k].iov_len) {
+            k++;
+            kpos = 0;
+        }
+        if (off == blen) {
+            off = 0;
+            if (peek) {
+                q++;
+            } else {
+                c->rq_head = (c->rq_head + 1) % (c->nrecv + 1);
+                c->rq_count--;
+                consumed(c, i);
+            }
+        }
+    }
+    if (!peek) {
+        c->rq_off = off;
+        c->rx_bytes -= done;
+    }
+    return done;
+}
+
+ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags)
+{
+    if (flags & MSG_OOB)
+        return -EOPNOTSUPP;
+    if (s->kind != SK_CONNECTED)
+        return -ENOTCONN;
+    size_t want = 0;
+    for (int k = 0; k < iovcnt; k++)
+        want += iov[k].iov_len;
+    if (want == 0)
+        return 0;
+    bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek;
+    bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
+    size_t got = 0;
+    uint64_t spun = 0;
+    for (;;) {
+        struct sov_conn *c = s->conn;
+        sov_progress(s);
+        if (c->clen)
+            sov_flush(s, false); /* condition (4): recv() sends what is combined */
+        c = s->conn;
+        if (c->rx_bytes && !s->rd_shut) {
+            got += copy_out(c, iov, iovcnt, got, want - got, peek);
+            if (got == want || !waitall)
+                return (ssize_t)got;
+            continue;
+        }
+        if (s->rd_shut || c->peer_fin)
+            return (ssize_t)got;
+        if (c->reset) {
+            if (got)
+                return (ssize_t)got;
+            if (!c->reset_told) {
+                c->reset_told = true;
+                return -ECONNRESET;
+            }
+            return 0;
+        }
+        if (nonblock)
+            return got ? (ssize_t)got : -EAGAIN;
+        int rc = sov_wait(s, &spun);
+        if (rc)
+            return got ? (ssize_t)got : rc;
+    }
+}
+
+/* Sends our FIN after everything written so far. 0 or -errno. */
+int sov_send_fin(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    if (c->wr_shut)
+        return 0;
+    int rc = sov_flush(s, true);
+    if (rc)
+        return rc;
+    c = s->conn;
+    rc = sov_conn_send_ctrl(c, PKT_FIN);
+    if (rc)
+        return rc;
+    c->wr_shut = true;
+    return 0;
+}

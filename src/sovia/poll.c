@@ -1,0 +1,150 @@
+/*
+ * poll.c - sov_poll over sovia sockets and kernel descriptors together.
+ *
+ * Readiness of sovia sockets is computed from their state after handling
+ * their completed packets. To sleep, sov_poll arms the completion queue and
+ * poll(2)s the kernel descriptors together with the CQ's wake-up descriptor
+ * and sovia's event descriptor (connection and close threads signal it).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sock.h"
+
+short sov_sock_revents(struct sov_sock *s, short events)
+{
+    short r = 0;
+    switch (s->kind) {
+    case SK_LISTENING:
+        if (sov_accept_ready(s))
+            r |= POLLIN;
+        break;
+    case SK_CONNECTING:
+        break;
+    case SK_NEW:
+        /* Unconnected (or a failed non-blocking connect): as TCP. */
+        r |= POLLOUT | POLLHUP;
+        if (s->so_error)
+            r |= POLLERR;
+        break;
+    case SK_CONNECTED: {
+        sov_progress(s);
+        struct sov_conn *c = s->conn;
+        if (c->rx_bytes || c->peer_fin || c->reset || s->rd_shut)
+            r |= POLLIN | POLLRDNORM;
+        if ((c->credits || c->clen < c->cfg.mtu) && !c->wr_shut && !c->reset)
+            r |= POLLOUT | POLLWRNORM;
+        if (c->peer_fin)
+            r |= POLLRDHUP;
+        if (c->reset || (c->peer_fin && c->wr_shut))
+            r |= POLLHUP;
+        if (c->reset || s->so_error)
+            r |= POLLERR;
+        break;
+    }
+    }
+    return r & (events | POLLERR | POLLHUP | POLLNVAL);
+}
+
+/* One pass over every entry; returns the number ready. Kernel descriptors
+ * are polled with a zero timeout only when `kernel` is set. */
+static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, nfds_t *nk,
+                nfds_t *kmap)
+{
+    int ready = 0;
+    *nk = 0;
+    for (nfds_t i = 0; i < n; i++) {
+        fds[i].revents = 0;
+        if (fds[i].fd < 0)
+            continue;
+        struct sov_sock *s = sov_lookup(fds[i].fd);
+        if (s) {
+            sov_lock(&s->lock);
+            if (!s->dead && s->fd == fds[i].fd) {
+                fds[i].revents = sov_sock_revents(s, fds[i].events);
+                sov_unlock(&s->lock);
+                ready += fds[i].revents != 0;
+                continue;
+            }
+            sov_unlock(&s->lock);
+        }
+        kfds[*nk] = (struct pollfd){.fd = fds[i].fd, .events = fds[i].events};
+        kmap[(*nk)++] = i;
+    }
+    if (kernel && *nk && poll(kfds, *nk, 0) > 0)
+        for (nfds_t k = 0; k < *nk; k++)
+            if (kfds[k].revents) {
+                fds[kmap[k]].revents = kfds[k].revents;
+                ready++;
+            }
+    return ready;
+}
+
+SOV_EXPORT int sov_poll(struct pollfd *fds, nfds_t nfds, int timeout)
+{
+    int err = sov_init();
+    if (err) {
+        errno = -err;
+        return -1;
+    }
+    struct pollfd *kfds = calloc(nfds + 2, sizeof(*kfds));
+    nfds_t *kmap = calloc(nfds + 1, sizeof(*kmap));
+    if (!kfds || !kmap) {
+        free(kfds);
+        free(kmap);
+        errno = ENOMEM;
+        return -1;
+    }
+    uint64_t start = sov_now_ns(), spin_ns;
+    pthread_mutex_lock(&sov_g.lock);
+    spin_ns = sov_g.cfg.wait_mode == SOV_WAIT_BLOCK  ? 0
+              : sov_g.cfg.wait_mode == SOV_WAIT_POLL ? UINT64_MAX
+                                                     : (uint64_t)sov_g.cfg.spin_us * 1000;
+    pthread_mutex_unlock(&sov_g.lock);
+    nfds_t nk;
+    int ready;
+    for (unsigned round = 0;; round++) {
+        /* While spinning, ask the kernel only every 16th round (a syscall). */
+        ready = scan(fds, nfds, round % 16 == 0, kfds, &nk, kmap);
+        if (ready || timeout == 0)
+            break;
+        uint64_t now = sov_now_ns();
+        long left_ms = timeout < 0 ? -1 : timeout - (long)((now - start) / 1000000);
+        if (timeout > 0 && left_ms <= 0)
+            break;
+        if (now - start < spin_ns) {
+            __builtin_ia32_pause();
+            continue;
+        }
+        /* Sleep: arm, look once more (a packet may have raced the arming),
+         * then poll the kernel with the CQ's and sovia's event descriptors. */
+        VipxCQArm(sov_g.cq, VIP_TRUE);
+        ready = scan(fds, nfds, true, kfds, &nk, kmap);
+        if (ready) {
+            VipxCQArm(sov_g.cq, VIP_FALSE);
+            break;
+        }
+        kfds[nk] = (struct pollfd){.fd = sov_g.cq_fd, .events = POLLIN};
+        kfds[nk + 1] = (struct pollfd){.fd = sov_g.event_fd, .events = POLLIN};
+        int slice = left_ms < 0 || left_ms > 20 ? 20 : (int)left_ms;
+        int rc = poll(kfds, nk + 2, slice);
+        VipxCQArm(sov_g.cq, VIP_FALSE);
+        if (rc < 0 && errno == EINTR) {
+            free(kfds);
+            free(kmap);
+            errno = EINTR;
+            return -1;
+        }
+        if (rc > 0 && kfds[nk + 1].revents) {
+            uint64_t v;
+            if (read(sov_g.event_fd, &v, sizeof(v)) < 0) {
+                /* already drained by another poller */
+            }
+        }
+    }
+    free(kfds);
+    free(kmap);
+    return ready;
+}

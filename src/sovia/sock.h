@@ -1,0 +1,237 @@
+/*
+ * sock.h - the sovia sockets layer's internal state.
+ *
+ * One socket is a `struct sov_sock` found from its descriptor through a
+ * lock-free table; a connected socket owns a `struct sov_conn`: one VI, its
+ * pre-posted receive buffers (in the VI's arena, so the peer writes them
+ * directly) and the protocol state of docs/PROTOCOL.md. Functions of the
+ * sockets layer return -1 with errno set (or a byte count); internal
+ * helpers return 0 or a negative errno.
+ */
+#ifndef SOVIA_SOCK_H
+#define SOVIA_SOCK_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <sovia.h>
+#include <vipl.h>
+#include <vipl_ext.h>
+
+#define SOV_EXPORT __attribute__((visibility("default")))
+
+/* ---- Packets: type and piggybacked ACK count in the immediate data ------ */
+
+enum sov_pkt {
+    PKT_DATA = 1,
+    PKT_ACK = 2,
+    PKT_WAKEUP = 3,
+    PKT_FIN = 4,
+    PKT_FINACK = 5,
+};
+
+#define PKT_TYPE_MASK 0x7u
+#define PKT_ACKS_SHIFT 8
+#define PKT_ACKS_MAX 0xffffu
+
+static inline uint32_t pkt_imm(enum sov_pkt type, uint32_t acks)
+{
+    return (uint32_t)type | acks << PKT_ACKS_SHIFT;
+}
+
+/* ---- A spinlock for the data path ---------------------------------------- */
+
+/* Socket critical sections are short and never sleep; an uncontended
+ * pthread mutex would double the layer's cost per message. */
+typedef struct {
+    atomic_bool held;
+} sov_lock_t;
+
+void sov_lock_slow(sov_lock_t *l);
+
+static inline void sov_lock(sov_lock_t *l)
+{
+    if (atomic_exchange_explicit(&l->held, true, memory_order_acquire))
+        sov_lock_slow(l);
+}
+
+static inline void sov_unlock(sov_lock_t *l)
+{
+    atomic_store_explicit(&l->held, false, memory_order_release);
+}
+
+/* ---- A connection -------------------------------------------------------- */
+
+struct sov_conn {
+    VIP_VI_HANDLE vi;
+    struct sov_config cfg; /* snapshot: the connection's w, t, MTU, modes */
+    unsigned nrecv;        /* P pre-posted receive buffers */
+    unsigned nsend;        /* send descriptors */
+    uint8_t *arena;        /* nrecv buffers of cfg.mtu bytes, written by the peer */
+    VIP_MEM_HANDLE arena_mh;
+    VIP_DESCRIPTOR *rdesc, *sdesc; /* receive and send descriptors */
+    VIP_MEM_HANDLE desc_mh;
+    uint8_t *sbuf; /* copy buffer (one MTU), registered */
+    VIP_MEM_HANDLE sbuf_mh;
+    uint8_t *cbuf; /* combining buffer (one MTU), registered */
+    VIP_MEM_HANDLE cbuf_mh;
+    size_t clen;            /* bytes waiting in cbuf */
+    uint64_t cdeadline_ns;  /* when cbuf must go out */
+    unsigned combined_msgs; /* sends merged into cbuf */
+
+    /* recvq: receive buffers holding unread DATA, in order (P + 1 slots). */
+    unsigned *recvq;
+    unsigned rq_head, rq_count;
+    size_t rq_off;   /* bytes already read from the head buffer */
+    size_t rx_bytes; /* unread bytes in recvq */
+
+    unsigned credits; /* DATA packets the peer can still take */
+    unsigned to_ack;  /* buffers reposted but not yet acknowledged (d) */
+    unsigned s_next;  /* next send descriptor */
+
+    bool wr_shut;     /* our FIN is sent (or owed after the combining buffer) */
+    bool fin_acked;   /* the peer acknowledged our FIN */
+    bool peer_fin;    /* the peer's FIN arrived: end of stream after recvq */
+    bool reset;       /* the connection broke: ECONNRESET */
+    bool reset_told;  /* ECONNRESET was reported once */
+    struct sov_stats stats;
+};
+
+/* ---- A socket ---------------------------------------------------------- */
+
+enum sov_kind { SK_NEW, SK_LISTENING, SK_CONNECTING, SK_CONNECTED };
+
+struct sov_listener;
+
+struct sov_sock {
+    int fd; /* the placeholder descriptor the application holds */
+    sov_lock_t lock;
+    pthread_mutex_t wait_lock; /* for sleeping on `cond` (accept, HANDLER, NOTIFY) */
+    pthread_cond_t cond;
+    bool dead;    /* closed: the descriptor no longer names this socket */
+    unsigned gen; /* bumped when the structure is recycled */
+    atomic_uint events; /* bumped by HANDLER/NOTIFY threads after handling */
+    enum sov_kind kind;
+    int domain;
+    bool nonblock;
+    bool rd_shut;    /* SHUT_RD: reads return 0, data is discarded */
+    bool app_closed; /* sov_close was called: the close thread finishes it */
+
+    struct sockaddr_storage local, peer;
+    socklen_t local_len, peer_len;
+    bool bound;
+    int port_fd; /* holds the port reservation */
+
+    /* options */
+    bool nodelay, reuseaddr, keepalive;
+    struct linger linger;
+    int sndbuf;
+    int so_error;
+    struct sov_config cfg; /* taken at creation; SO_RCVBUF may change w */
+
+    struct sov_listener *lst;
+    struct sov_conn *conn;
+    struct sov_sock *next_closing; /* the close thread's list (and the pool) */
+    struct sov_sock *next_timed;   /* the combining timer's list */
+    bool timed;
+    uint64_t close_deadline_ns;
+};
+
+/* ---- Process-wide state ---------------------------------------------------- */
+
+struct sov_global {
+    VIP_NIC_HANDLE nic;
+    VIP_PROTECTION_HANDLE ptag;
+    VIP_CQ_HANDLE cq; /* every connection's receive queue reports here */
+    int cq_fd;        /* VipxCQWaitFd */
+    int event_fd;     /* eventfd: background threads signal sov_poll */
+    struct sov_config cfg;
+    pthread_mutex_t lock; /* config, closing list, service thread */
+    pthread_cond_t service_cond;
+    pthread_t service_thread;
+    bool service_running;
+    struct sov_sock *closing;
+    struct sov_sock *timed; /* connected sockets that may hold combined data */
+    atomic_uint open_conns;
+    atomic_bool sockets_created;
+    pthread_t handler_thread;
+    bool handler_running;
+};
+
+extern struct sov_global sov_g;
+
+/* api.c / table.c */
+int sov_init(void); /* once per process; 0 or -errno */
+/* The socket behind fd, locked; NULL with errno EBADF or ENOTSOCK. */
+struct sov_sock *sov_acquire(int fd);
+static inline void sov_release(struct sov_sock *s)
+{
+    sov_unlock(&s->lock);
+}
+struct sov_sock *sov_lookup(int fd); /* unlocked, may be stale */
+int sov_table_insert(struct sov_sock *s);
+void sov_table_remove(struct sov_sock *s);
+struct sov_sock *sov_sock_new(int domain, bool nonblock, bool cloexec);
+void sov_sock_free(struct sov_sock *s);
+uint64_t sov_now_ns(void);
+void sov_signal_event(void);
+
+/* config.c */
+int sov_config_check(const struct sov_config *c);
+void sov_config_from_env(struct sov_config *c);
+unsigned sov_recv_buffers(const struct sov_config *c);
+
+/* addr.c */
+int sov_addr_check(const struct sov_sock *s, const struct sockaddr *a, socklen_t len);
+uint16_t sov_addr_port(const struct sockaddr *a);
+void sov_addr_set_port(struct sockaddr_storage *a, uint16_t port);
+VIP_NET_ADDRESS *sov_vi_address(const struct sockaddr *a);
+int sov_sockaddr_from_vi(const VIP_NET_ADDRESS *va, int domain, struct sockaddr_storage *out,
+                         socklen_t *len);
+int sov_reserve_port(struct sov_sock *s, uint16_t port); /* 0 = any free port */
+void sov_copy_addr(const struct sockaddr_storage *from, socklen_t from_len,
+                   struct sockaddr *to, socklen_t *to_len);
+
+/* conn.c: VI, buffers, connect/accept machinery */
+struct sov_conn *sov_conn_create(const struct sov_config *cfg, int *err);
+void sov_conn_destroy(struct sov_conn *c);
+int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type);
+int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,
+                    VIP_MEM_HANDLE mh);
+int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);
+int sov_listen_start(struct sov_sock *s, int backlog);
+void sov_listen_stop(struct sov_sock *s);
+struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *peer,
+                                 socklen_t *peer_len, bool nonblock, int *err);
+bool sov_accept_ready(struct sov_sock *s);
+
+/* data.c: the protocol engine (caller holds s->lock) */
+int sov_progress(struct sov_sock *s); /* handles completed receives; count or -errno */
+void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d);
+ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags);
+ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags);
+int sov_flush(struct sov_sock *s, bool may_block);
+int sov_send_fin(struct sov_sock *s);
+int sov_wait(struct sov_sock *s, uint64_t *spun_since); /* 0, -EINTR */
+
+/* handler.c: HANDLER and NOTIFY strategies */
+int sov_handling_start(void);
+int sov_conn_attach_handling(struct sov_sock *s);
+void sov_conn_detach_handling(struct sov_sock *s);
+
+/* close.c: the service thread (close thread + combining timer) */
+void sov_close_connected(struct sov_sock *s);
+void sov_timer_add(struct sov_sock *s);
+void sov_timer_remove(struct sov_sock *s);
+void sov_conn_established(struct sov_sock *s);
+void sov_service_kick(void);
+void sov_atexit(void);
+
+/* poll.c */
+short sov_sock_revents(struct sov_sock *s, short events);
+
+#endif /* SOVIA_SOCK_H */
