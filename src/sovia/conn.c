@@ -7,6 +7,7 @@
  * papers do): it takes each VI connection request, accepts it and queues
  * the connection, so connect() completes before the server reaches accept().
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,6 +271,17 @@ int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len)
             return err;
         s->bound = true;
     }
+    /* The source address of a connection to this host is the destination
+     * address itself, as the kernel chooses it for local routes. */
+    uint16_t port = sov_addr_port((struct sockaddr *)&s->local);
+    if (s->local.ss_family == AF_INET &&
+        ((struct sockaddr_in *)&s->local)->sin_addr.s_addr == htonl(INADDR_ANY))
+        ((struct sockaddr_in *)&s->local)->sin_addr = ((const struct sockaddr_in *)to)->sin_addr;
+    if (s->local.ss_family == AF_INET6 &&
+        IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&s->local)->sin6_addr))
+        ((struct sockaddr_in6 *)&s->local)->sin6_addr =
+            ((const struct sockaddr_in6 *)to)->sin6_addr;
+    sov_addr_set_port(&s->local, port);
     struct connect_job *j = calloc(1, sizeof(*j));
     if (!j)
         return -ENOMEM;

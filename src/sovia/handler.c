@@ -123,6 +123,10 @@ int sov_conn_attach_handling(struct sov_sock *s)
     e->next = map[slot(c->vi)];
     map[slot(c->vi)] = e;
     pthread_mutex_unlock(&map_lock);
+    /* Packets that completed before the VI was in the map had their CQ
+     * entries taken by the handler thread, which found no socket: handle
+     * them now (later ones reach the handler through the map). */
+    handle_all(s, NULL);
     return 0;
 }
 
