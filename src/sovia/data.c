@@ -277,7 +277,6 @@ int sov_flush(struct sov_sock *s, bool may_block)
     c->credits--;
     c->stats.data_packets_sent++;
     c->stats.bytes_sent += c->clen;
-    c->stats.combined_messages += c->combined_msgs;
     c->clen = 0;
     c->combined_msgs = 0;
     return 0;
@@ -296,6 +295,74 @@ static int send_error(struct sov_sock *s)
     return c->wr_shut ? -EPIPE : 0;
 }
 
+/* A cursor over the caller's iovec. */
+struct cursor {
+    const struct iovec *iov;
+    int n, k;
+    size_t off;
+};
+
+static size_t cur_avail(const struct cursor *u)
+{
+    return u->k < u->n ? u->iov[u->k].iov_len - u->off : 0;
+}
+
+static const uint8_t *cur_ptr(const struct cursor *u)
+{
+    return (const uint8_t *)u->iov[u->k].iov_base + u->off;
+}
+
+static void cur_skip(struct cursor *u, size_t n)
+{
+    u->off += n;
+    while (u->k < u->n && u->off == u->iov[u->k].iov_len) {
+        u->k++;
+        u->off = 0;
+    }
+}
+
+/* Gathers small pieces into the send buffer, up to one MTU, stopping
+ * before a piece big enough to be registered: one DATA packet for a writev
+ * of small parts, as TCP sends one segment. */
+static size_t gather_small(struct sov_conn *c, struct cursor *u)
+{
+    size_t n = 0;
+    while (u->k < u->n && n < c->cfg.mtu) {
+        size_t a = cur_avail(u);
+        if (a > c->cfg.copy_threshold && c->cfg.copy_mode != SOV_COPY && n)
+            break;
+        size_t take = a < c->cfg.mtu - n ? a : c->cfg.mtu - n;
+        memcpy(c->sbuf + n, cur_ptr(u), take);
+        n += take;
+        cur_skip(u, take);
+    }
+    return n;
+}
+
+/* One DATA packet of the next bytes; returns the bytes sent or -errno. */
+static ssize_t send_next(struct sov_conn *c, struct cursor *u)
+{
+    size_t a = cur_avail(u);
+    bool big = a > c->cfg.copy_threshold || c->cfg.copy_mode == SOV_REG;
+    if (big && c->cfg.copy_mode != SOV_COPY) {
+        size_t chunk = a < c->cfg.mtu ? a : c->cfg.mtu;
+        int rc = send_data(c, cur_ptr(u), chunk);
+        if (rc)
+            return rc;
+        cur_skip(u, chunk);
+        return (ssize_t)chunk;
+    }
+    size_t n = gather_small(c, u);
+    int rc = sov_post_packet(c, PKT_DATA, c->sbuf, (uint32_t)n, c->sbuf_mh);
+    if (rc)
+        return rc;
+    c->credits--;
+    c->stats.copied_sends++;
+    c->stats.data_packets_sent++;
+    c->stats.bytes_sent += n;
+    return (ssize_t)n;
+}
+
 ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags)
 {
     if (flags & MSG_OOB)
@@ -306,46 +373,47 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
     int err = send_error(s);
     if (err)
         return err;
-    struct sov_conn *c = s->conn;
     bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
-    bool combine = c->cfg.combine && !s->nodelay;
+    struct cursor u = {iov, iovcnt, 0, 0};
+    cur_skip(&u, 0);
     size_t sent = 0;
-    for (int k = 0; k < iovcnt; k++) {
-        const uint8_t *p = iov[k].iov_base;
-        size_t left = iov[k].iov_len;
-        while (left) {
-            c = s->conn;
-            size_t chunk = left < c->cfg.mtu ? left : c->cfg.mtu;
-            int rc = 0;
-            if (combine && chunk < c->cfg.copy_threshold) {
-                if (c->clen + chunk > c->cfg.mtu)
-                    rc = sov_flush(s, !nonblock); /* condition (2): no room */
-                if (rc == 0) {
-                    c = s->conn;
-                    if (c->clen == 0)
-                        c->cdeadline_ns = sov_now_ns() + (uint64_t)c->cfg.combine_ms * 1000000;
-                    memcpy(c->cbuf + c->clen, p, chunk);
-                    c->clen += chunk;
-                    c->combined_msgs++;
-                }
-            } else {
-                rc = sov_flush(s, !nonblock); /* condition (3): a large send */
-                if (rc == 0)
-                    rc = wait_credit(s, nonblock);
-                if (rc == 0)
-                    rc = send_data(s->conn, p, chunk);
+    while (u.k < u.n) {
+        struct sov_conn *c = s->conn;
+        bool combine = c->cfg.combine && !s->nodelay;
+        size_t a = cur_avail(&u);
+        ssize_t n;
+        int rc = 0;
+        if (combine && a < c->cfg.copy_threshold) {
+            if (c->clen + a > c->cfg.mtu)
+                rc = sov_flush(s, !nonblock); /* condition (2): no room */
+            if (rc == 0) {
+                c = s->conn;
+                if (c->clen == 0)
+                    c->cdeadline_ns = sov_now_ns() + (uint64_t)c->cfg.combine_ms * 1000000;
+                memcpy(c->cbuf + c->clen, cur_ptr(&u), a);
+                c->clen += a;
+                c->combined_msgs++;
+                c->stats.combined_messages++;
+                cur_skip(&u, a);
+                n = (ssize_t)a;
             }
-            if (rc) {
-                if (sent && (rc == -EAGAIN || rc == -EINTR))
-                    return (ssize_t)sent;
-                return rc == -ECONNRESET ? send_error(s) : rc;
+        } else {
+            rc = sov_flush(s, !nonblock); /* condition (3): a large send */
+            if (rc == 0)
+                rc = wait_credit(s, nonblock);
+            if (rc == 0) {
+                n = send_next(s->conn, &u);
+                rc = n < 0 ? (int)n : 0;
             }
-            p += chunk;
-            left -= chunk;
-            sent += chunk;
-            if (sent >= SSIZE_MAX - c->cfg.mtu)
-                return (ssize_t)sent;
         }
+        if (rc) {
+            if (sent && (rc == -EAGAIN || rc == -EINTR))
+                return (ssize_t)sent;
+            return rc == -ECONNRESET ? send_error(s) : rc;
+        }
+        sent += (size_t)n;
+        if (sent >= SSIZE_MAX - c->cfg.mtu)
+            return (ssize_t)sent;
     }
     return (ssize_t)sent;
 }

@@ -34,7 +34,10 @@ short sov_sock_revents(struct sov_sock *s, short events)
         struct sov_conn *c = s->conn;
         if (c->rx_bytes || c->peer_fin || c->reset || s->rd_shut)
             r |= POLLIN | POLLRDNORM;
-        if ((c->credits || c->clen < c->cfg.mtu) && !c->wr_shut && !c->reset)
+        /* Writable: the window is open, or a small send could still be
+         * combined (only when combining is on). */
+        bool combining = c->cfg.combine && !s->nodelay && c->clen < c->cfg.mtu;
+        if ((c->credits || combining) && !c->wr_shut && !c->reset)
             r |= POLLOUT | POLLWRNORM;
         if (c->peer_fin)
             r |= POLLRDHUP;
