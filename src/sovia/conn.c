@@ -97,7 +97,9 @@ struct sov_conn *sov_conn_create(const struct sov_config *cfg, int *err)
     for (unsigned i = 0; i < c->nrecv; i++)
         if (post_recv_buffer(c, i) != 0)
             goto fail;
-    c->credits = cfg->window;
+    c->credits = 0; /* until the peer's WAKEUP says how many buffers it has */
+    c->ack_every = cfg->ack_threshold;
+    c->send_mtu = cfg->mtu;
     c->stats.window = cfg->window;
     c->stats.recv_buffers = c->nrecv;
     /* This end owns its arena plus the control and completion lines. */
@@ -140,10 +142,14 @@ int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uin
                     VIP_MEM_HANDLE mh)
 {
     VIP_DESCRIPTOR *d = &c->sdesc[c->s_next++ % c->nsend];
-    uint32_t acks = c->to_ack;
+    uint32_t acks = type == PKT_WAKEUP ? 0 : c->to_ack;
     memset(&d->CS, 0, sizeof(d->CS));
     d->CS.Control = VIP_CONTROL_OP_SENDRECV | VIP_CONTROL_IMMEDIATE;
     d->CS.ImmediateData = pkt_imm(type, acks);
+    if (type == PKT_WAKEUP)
+        d->CS.ImmediateData = (uint32_t)PKT_WAKEUP |
+                              c->cfg.window << WAKEUP_WINDOW_SHIFT |
+                              (c->nrecv - c->cfg.window - 2) << WAKEUP_SLOTS_SHIFT;
     d->CS.SegCount = len ? 1 : 0;
     if (len) {
         d->DS[0].Local.Data.Address = (void *)data;
@@ -163,7 +169,8 @@ int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uin
         c->reset = true;
         return -ECONNRESET;
     }
-    c->to_ack = 0;
+    if (type != PKT_WAKEUP)
+        c->to_ack = 0;
     if (acks && type == PKT_DATA)
         c->stats.acks_piggybacked += acks;
     if (type == PKT_ACK)
@@ -212,6 +219,8 @@ static int run_connect(struct connect_job *j)
     if (c) {
         VIP_VI_ATTRIBUTES ra;
         VIP_RETURN r = VipConnectRequest(c->vi, local, remote, 30000, &ra);
+        if (r == VIP_SUCCESS && ra.MaxTransferSize < c->send_mtu)
+            c->send_mtu = ra.MaxTransferSize;
         err = r == VIP_SUCCESS ? sov_conn_send_ctrl(c, PKT_WAKEUP) : map_connect_error(r);
     }
     free(local);
@@ -343,6 +352,8 @@ static void *connection_thread(void *arg)
             VipConnectReject(ch); /* the client gets ECONNREFUSED */
             continue;
         }
+        if (ra.MaxTransferSize < p.conn->send_mtu)
+            p.conn->send_mtu = ra.MaxTransferSize;
         if (VipConnectAccept(ch, p.conn->vi) != VIP_SUCCESS ||
             sov_conn_send_ctrl(p.conn, PKT_WAKEUP) != 0) {
             sov_conn_destroy(p.conn);

@@ -42,7 +42,7 @@ static void consumed(struct sov_conn *c, unsigned i)
     if (repost(c, i) != 0)
         return;
     c->to_ack++;
-    if (c->to_ack >= c->cfg.ack_threshold)
+    if (c->to_ack >= c->ack_every)
         sov_conn_send_ctrl(c, PKT_ACK);
 }
 
@@ -59,9 +59,25 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
     }
     uint32_t imm = d->CS.ImmediateData;
     uint32_t type = imm & PKT_TYPE_MASK, acks = (imm >> PKT_ACKS_SHIFT) & PKT_ACKS_MAX;
+    if (type == PKT_WAKEUP) {
+        unsigned w = (imm >> WAKEUP_WINDOW_SHIFT) & WAKEUP_FIELD_MASK;
+        unsigned slots = (imm >> WAKEUP_SLOTS_SHIFT) & WAKEUP_FIELD_MASK;
+        if (w < 1 || w > 1024 || slots < 1 || c->peer_window) {
+            abort_conn(c);
+            return;
+        }
+        /* Our ACK packets may not outnumber the peer's buffers for them:
+         * at most w_ours / ack_every of them can be outstanding. */
+        unsigned need = (c->cfg.window + slots - 1) / slots;
+        c->ack_every = c->cfg.ack_threshold > need ? c->cfg.ack_threshold : need;
+        c->peer_window = w;
+        c->credits = w;
+        repost(c, (unsigned)i);
+        return;
+    }
     /* The peer can only acknowledge what we sent: anything else is a
      * protocol violation, and fails this connection only. */
-    if (acks > c->cfg.window - c->credits) {
+    if (!c->peer_window || acks > c->peer_window - c->credits) {
         abort_conn(c);
         return;
     }
@@ -90,9 +106,6 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
     }
     case PKT_ACK:
         c->stats.ack_packets_received++;
-        repost(c, (unsigned)i);
-        return;
-    case PKT_WAKEUP:
         repost(c, (unsigned)i);
         return;
     case PKT_FIN:
@@ -327,11 +340,11 @@ static void cur_skip(struct cursor *u, size_t n)
 static size_t gather_small(struct sov_conn *c, struct cursor *u)
 {
     size_t n = 0;
-    while (u->k < u->n && n < c->cfg.mtu) {
+    while (u->k < u->n && n < c->send_mtu) {
         size_t a = cur_avail(u);
         if (a > c->cfg.copy_threshold && c->cfg.copy_mode != SOV_COPY && n)
             break;
-        size_t take = a < c->cfg.mtu - n ? a : c->cfg.mtu - n;
+        size_t take = a < c->send_mtu - n ? a : c->send_mtu - n;
         memcpy(c->sbuf + n, cur_ptr(u), take);
         n += take;
         cur_skip(u, take);
@@ -345,7 +358,7 @@ static ssize_t send_next(struct sov_conn *c, struct cursor *u)
     size_t a = cur_avail(u);
     bool big = a > c->cfg.copy_threshold || c->cfg.copy_mode == SOV_REG;
     if (big && c->cfg.copy_mode != SOV_COPY) {
-        size_t chunk = a < c->cfg.mtu ? a : c->cfg.mtu;
+        size_t chunk = a < c->send_mtu ? a : c->send_mtu;
         int rc = send_data(c, cur_ptr(u), chunk);
         if (rc)
             return rc;
@@ -384,7 +397,7 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
         ssize_t n;
         int rc = 0;
         if (combine && a < c->cfg.copy_threshold) {
-            if (c->clen + a > c->cfg.mtu)
+            if (c->clen + a > c->send_mtu)
                 rc = sov_flush(s, !nonblock); /* condition (2): no room */
             if (rc == 0) {
                 c = s->conn;
@@ -412,7 +425,7 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
             return rc == -ECONNRESET ? send_error(s) : rc;
         }
         sent += (size_t)n;
-        if (sent >= SSIZE_MAX - c->cfg.mtu)
+        if (sent >= SSIZE_MAX - c->send_mtu)
             return (ssize_t)sent;
     }
     return (ssize_t)sent;

@@ -36,7 +36,7 @@ short sov_sock_revents(struct sov_sock *s, short events)
             r |= POLLIN | POLLRDNORM;
         /* Writable: the window is open, or a small send could still be
          * combined (only when combining is on). */
-        bool combining = c->cfg.combine && !s->nodelay && c->clen < c->cfg.mtu;
+        bool combining = c->cfg.combine && !s->nodelay && c->clen < c->send_mtu;
         if ((c->credits || combining) && !c->wr_shut && !c->reset)
             r |= POLLOUT | POLLWRNORM;
         if (c->peer_fin)

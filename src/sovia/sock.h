@@ -43,6 +43,12 @@ static inline uint32_t pkt_imm(enum sov_pkt type, uint32_t acks)
     return (uint32_t)type | acks << PKT_ACKS_SHIFT;
 }
 
+/* WAKEUP announces the sender's receive window (DATA buffers) and how many
+ * ACK packets it has buffers for, 12 bits each. */
+#define WAKEUP_WINDOW_SHIFT 8
+#define WAKEUP_SLOTS_SHIFT 20
+#define WAKEUP_FIELD_MASK 0xfffu
+
 /* ---- A spinlock for the data path ---------------------------------------- */
 
 /* Socket critical sections are short and never sleep; an uncontended
@@ -89,8 +95,11 @@ struct sov_conn {
     size_t rq_off;   /* bytes already read from the head buffer */
     size_t rx_bytes; /* unread bytes in recvq */
 
-    unsigned credits; /* DATA packets the peer can still take */
-    unsigned to_ack;  /* buffers reposted but not yet acknowledged (d) */
+    unsigned credits;     /* DATA packets the peer can still take */
+    unsigned to_ack;      /* buffers reposted but not yet acknowledged (d) */
+    unsigned peer_window; /* the peer's w, from its WAKEUP (0 before) */
+    unsigned ack_every;   /* our effective t: our ACKs must fit the peer's buffers */
+    size_t send_mtu;      /* largest DATA the peer takes: min of both MTUs */
     unsigned s_next;  /* next send descriptor */
 
     bool wr_shut;     /* our FIN is sent (or owed after the combining buffer) */
