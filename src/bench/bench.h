@@ -30,6 +30,7 @@ struct bench_params {
     double seconds;  /* bw: streaming time; idle: silent time */
     size_t max_size; /* sweep: largest size tried */
     bool json;       /* one JSON object per line instead of a table */
+    const char *config; /* --config: a sovia configuration label; NULL: none */
 };
 
 #define BENCH_DEFAULT_LAT_ITERS 100000u
@@ -46,6 +47,9 @@ int bench_run(const struct bench_params *p);
 /* NULL-terminated list of transport names, and a one-line summary of each. */
 const char *const *bench_transport_names(void);
 const char *bench_transport_summary(const char *name);
+
+/* NULL-terminated list of the --config labels (the sovia transports'). */
+const char *const *bench_config_labels(void);
 
 /* The default --iters for `lat` at a given size (caps the bytes moved). */
 uint64_t bench_default_lat_iters(size_t size);

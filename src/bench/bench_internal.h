@@ -29,8 +29,11 @@ struct bench_transport {
     bool polling;   /* busy-polls: pin driver and peer to different CPUs */
     size_t max_msg; /* largest message it can carry, 0 = no own limit */
 
+    /* Transports that take --config (sovia): whether the label is known;
+     * prints why not and returns -1 (bad usage). NULL: --config is refused. */
+    int (*check_config)(const char *label);
     /* Parent before fork: resources both processes inherit. May be NULL. */
-    int (*prepare)(size_t max_msg, void **shared);
+    int (*prepare)(const struct bench_params *p, size_t max_msg, void **shared);
     /* Each process after fork: connect and return an endpoint. */
     int (*setup)(void *shared, enum bench_role role, size_t max_msg, void **ep);
     void *(*send_buf)(void *ep);
@@ -55,6 +58,9 @@ extern const struct bench_transport bench_transport_vi;
 extern const struct bench_transport bench_transport_vi_block;
 extern const struct bench_transport bench_transport_vi_notify;
 extern const struct bench_transport bench_transport_ucx;
+extern const struct bench_transport bench_transport_sovia;
+extern const struct bench_transport bench_transport_sovia_block;
+extern const struct bench_transport bench_transport_sovia_adaptive;
 
 /* ---- Driver/peer protocol ------------------------------------------------ */
 
@@ -106,8 +112,10 @@ int bench_measure_lat(const struct bench_transport *t, void *ep, size_t size, ui
                       uint64_t warmup, struct bench_lat_sample *out);
 int bench_measure_bw(const struct bench_transport *t, void *ep, size_t size, double seconds,
                      struct bench_bw_sample *out);
-/* Calibrates iterations per size and emits one row per size as it goes. */
-int bench_measure_sweep(const struct bench_transport *t, void *ep, size_t max_size, bool json);
+/* Calibrates iterations per size and emits one row per size as it goes
+ * (config: as for the bench_out_* functions). */
+int bench_measure_sweep(const struct bench_transport *t, void *ep, size_t max_size, bool json,
+                        const char *config);
 int bench_send_quit(const struct bench_transport *t, void *ep);
 
 struct bench_idle_sample {
@@ -133,10 +141,14 @@ double bench_mean(const double *v, size_t n);
 
 /* ---- Output -------------------------------------------------------------- */
 
-void bench_out_lat(const char *transport, const struct bench_lat_sample *s, bool json,
-                   bool with_mbps);
-void bench_out_bw(const char *transport, const struct bench_bw_sample *s, bool json);
-void bench_out_idle(const char *transport, const struct bench_idle_sample *s, bool json);
+/* config: the configuration label of transports that take --config ("default"
+ * without one), printed as a field / column; NULL for the others. */
+void bench_out_lat(const char *transport, const char *config, const struct bench_lat_sample *s,
+                   bool json, bool with_mbps);
+void bench_out_bw(const char *transport, const char *config, const struct bench_bw_sample *s,
+                  bool json);
+void bench_out_idle(const char *transport, const char *config,
+                    const struct bench_idle_sample *s, bool json);
 void bench_out_unavailable(const char *transport, const char *why, bool json);
 
 /* ---- Processes and CPUs --------------------------------------------------- */

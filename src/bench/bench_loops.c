@@ -241,7 +241,8 @@ size_t bench_sweep_sizes(size_t max_size, size_t **sizes)
     return out;
 }
 
-int bench_measure_sweep(const struct bench_transport *t, void *ep, size_t max_size, bool json)
+int bench_measure_sweep(const struct bench_transport *t, void *ep, size_t max_size, bool json,
+                        const char *config)
 {
     size_t *sizes, n = bench_sweep_sizes(max_size, &sizes);
     int rc = 0;
@@ -270,7 +271,7 @@ int bench_measure_sweep(const struct bench_transport *t, void *ep, size_t max_si
             rc = -1;
             break;
         }
-        bench_out_lat(t->name, &s, json, true);
+        bench_out_lat(t->name, config, &s, json, true);
         if (s.mean_us > SWEEP_STOP_US)
             break;
     }

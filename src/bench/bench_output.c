@@ -7,62 +7,96 @@
 /* The table header is printed once per process, before the first row. */
 static bool header_done;
 
-void bench_out_lat(const char *transport, const struct bench_lat_sample *s, bool json,
-                   bool with_mbps)
+/* Wide enough for the longest transport name (sovia-adaptive). */
+#define TW "-14"
+
+/* JSON: the config field of configurable transports. */
+static void json_config(const char *config)
+{
+    if (config)
+        printf(",\"config\":\"%s\"", config);
+}
+
+/* Table: a last column for it, in the header and in each row. */
+static void table_config(const char *text)
+{
+    if (text)
+        printf(" %s", text);
+}
+
+void bench_out_lat(const char *transport, const char *config, const struct bench_lat_sample *s,
+                   bool json, bool with_mbps)
 {
     /* The median resists the preemption a shared machine adds to the mean. */
     double mbps = s->p50_us > 0 ? (double)s->size * 8.0 / s->p50_us : 0.0;
 
     if (json) {
-        printf("{\"transport\":\"%s\",\"size\":%zu,\"iters\":%" PRIu64
+        printf("{\"transport\":\"%s\"", transport);
+        json_config(config);
+        printf(",\"size\":%zu,\"iters\":%" PRIu64
                ",\"one_way_p50_us\":%.6g,\"one_way_mean_us\":%.6g",
-               transport, s->size, s->iters, s->p50_us, s->mean_us);
+               s->size, s->iters, s->p50_us, s->mean_us);
         if (with_mbps)
             printf(",\"mbps\":%.6g", mbps);
         printf("}\n");
     } else {
         if (!header_done) {
-            printf("%-10s %10s %10s %16s %16s", "transport", "size", "iters", "one-way p50 us",
-                   "one-way mean us");
-            printf(with_mbps ? " %12s\n" : "\n", "Mbps");
+            printf("%" TW "s %10s %10s %16s %16s", "transport", "size", "iters",
+                   "one-way p50 us", "one-way mean us");
+            if (with_mbps)
+                printf(" %12s", "Mbps");
+            table_config(config ? "config" : NULL);
+            printf("\n");
             header_done = true;
         }
-        printf("%-10s %10zu %10" PRIu64 " %16.3f %16.3f", transport, s->size, s->iters,
+        printf("%" TW "s %10zu %10" PRIu64 " %16.3f %16.3f", transport, s->size, s->iters,
                s->p50_us, s->mean_us);
         if (with_mbps)
             printf(" %12.2f", mbps);
+        table_config(config);
         printf("\n");
     }
     /* Sweeps run for a while; show each row as soon as it exists. */
     fflush(stdout);
 }
 
-void bench_out_bw(const char *transport, const struct bench_bw_sample *s, bool json)
+void bench_out_bw(const char *transport, const char *config, const struct bench_bw_sample *s,
+                  bool json)
 {
     if (json) {
-        printf("{\"transport\":\"%s\",\"size\":%zu,\"iters\":%" PRIu64
-               ",\"seconds\":%.6g,\"gbps\":%.6g}\n",
-               transport, s->size, s->msgs, s->seconds, s->gbps);
+        printf("{\"transport\":\"%s\"", transport);
+        json_config(config);
+        printf(",\"size\":%zu,\"iters\":%" PRIu64 ",\"seconds\":%.6g,\"gbps\":%.6g}\n",
+               s->size, s->msgs, s->seconds, s->gbps);
     } else {
         if (!header_done) {
-            printf("%-10s %10s %12s %10s %10s\n", "transport", "size", "messages", "seconds",
+            printf("%" TW "s %10s %12s %10s %10s", "transport", "size", "messages", "seconds",
                    "Gbps");
+            table_config(config ? "config" : NULL);
+            printf("\n");
             header_done = true;
         }
-        printf("%-10s %10zu %12" PRIu64 " %10.3f %10.3f\n", transport, s->size, s->msgs,
+        printf("%" TW "s %10zu %12" PRIu64 " %10.3f %10.3f", transport, s->size, s->msgs,
                s->seconds, s->gbps);
+        table_config(config);
+        printf("\n");
     }
     fflush(stdout);
 }
 
-void bench_out_idle(const char *transport, const struct bench_idle_sample *s, bool json)
+void bench_out_idle(const char *transport, const char *config,
+                    const struct bench_idle_sample *s, bool json)
 {
     if (json) {
-        printf("{\"transport\":\"%s\",\"seconds\":%.6g,\"cpu_percent\":%.6g}\n", transport,
-               s->seconds, s->cpu_percent);
+        printf("{\"transport\":\"%s\"", transport);
+        json_config(config);
+        printf(",\"seconds\":%.6g,\"cpu_percent\":%.6g}\n", s->seconds, s->cpu_percent);
     } else {
-        printf("%-10s %10s %12s\n", "transport", "seconds", "cpu %");
-        printf("%-10s %10.3f %12.3f\n", transport, s->seconds, s->cpu_percent);
+        printf("%" TW "s %10s %12s", "transport", "seconds", "cpu %");
+        table_config(config ? "config" : NULL);
+        printf("\n%" TW "s %10.3f %12.3f", transport, s->seconds, s->cpu_percent);
+        table_config(config);
+        printf("\n");
     }
     fflush(stdout);
 }

@@ -23,6 +23,9 @@ uint64_t bench_default_lat_iters(size_t size)
 static int drive(const struct bench_transport *t, void *ep, const struct bench_params *p,
                  size_t max_msg)
 {
+    /* Configurable transports say which configuration the numbers are for. */
+    const char *cfg = t->check_config ? (p->config ? p->config : "default") : NULL;
+
     switch (p->mode) {
     case BENCH_LAT: {
         struct bench_lat_sample s;
@@ -34,23 +37,23 @@ static int drive(const struct bench_transport *t, void *ep, const struct bench_p
         warmup = warmup < 100 ? 100 : warmup > 10000 ? 10000 : warmup;
         if (bench_measure_lat(t, ep, p->size, iters, warmup, &s) != 0)
             return -1;
-        bench_out_lat(t->name, &s, p->json, false);
+        bench_out_lat(t->name, cfg, &s, p->json, false);
         return 0;
     }
     case BENCH_BW: {
         struct bench_bw_sample s;
         if (bench_measure_bw(t, ep, p->size, p->seconds, &s) != 0)
             return -1;
-        bench_out_bw(t->name, &s, p->json);
+        bench_out_bw(t->name, cfg, &s, p->json);
         return 0;
     }
     case BENCH_SWEEP:
-        return bench_measure_sweep(t, ep, max_msg, p->json);
+        return bench_measure_sweep(t, ep, max_msg, p->json, cfg);
     case BENCH_IDLE: {
         struct bench_idle_sample s;
         if (bench_measure_idle(t, ep, p->seconds, &s) != 0)
             return -1;
-        bench_out_idle(t->name, &s, p->json);
+        bench_out_idle(t->name, cfg, &s, p->json);
         return 0;
     }
     }
@@ -88,6 +91,15 @@ int bench_run(const struct bench_params *p)
                 p->transport);
         return BENCH_EXIT_USAGE;
     }
+    if (p->config) {
+        if (!t->check_config) {
+            fprintf(stderr, "sovia bench: --config applies only to the sovia transports "
+                            "(sovia, sovia-block, sovia-adaptive), not %s\n", t->name);
+            return BENCH_EXIT_USAGE;
+        }
+        if (t->check_config(p->config) != 0)
+            return BENCH_EXIT_USAGE;
+    }
     if (t->run_external)
         return t->run_external(p);
 
@@ -111,7 +123,7 @@ int bench_run(const struct bench_params *p)
         }
     }
 
-    if (t->prepare && t->prepare(carry, &shared) != 0)
+    if (t->prepare && t->prepare(p, carry, &shared) != 0)
         return BENCH_EXIT_FAIL;
     pid = bench_fork_peer();
     if (pid < 0) {

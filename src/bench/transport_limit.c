@@ -43,10 +43,11 @@ struct limit_ep {
 /* Spins this long between checks that the peer still exists. */
 #define SPIN_CHECK (1u << 20)
 
-static int limit_prepare(size_t max_msg, void **shared)
+static int limit_prepare(const struct bench_params *p, size_t max_msg, void **shared)
 {
     void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 
+    (void)p;
     (void)max_msg;
     if (page == MAP_FAILED) {
         perror("limit: mmap");

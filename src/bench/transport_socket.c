@@ -75,9 +75,26 @@ static int sock_prepare(enum sock_kind kind, void **shared)
     return 0;
 }
 
-static int prepare_tcp(size_t m, void **sh) { (void)m; return sock_prepare(SOCK_TCP, sh); }
-static int prepare_tcp_poll(size_t m, void **sh) { (void)m; return sock_prepare(SOCK_TCP_POLL, sh); }
-static int prepare_uds(size_t m, void **sh) { (void)m; return sock_prepare(SOCK_UDS, sh); }
+static int prepare_tcp(const struct bench_params *p, size_t m, void **sh)
+{
+    (void)p;
+    (void)m;
+    return sock_prepare(SOCK_TCP, sh);
+}
+
+static int prepare_tcp_poll(const struct bench_params *p, size_t m, void **sh)
+{
+    (void)p;
+    (void)m;
+    return sock_prepare(SOCK_TCP_POLL, sh);
+}
+
+static int prepare_uds(const struct bench_params *p, size_t m, void **sh)
+{
+    (void)p;
+    (void)m;
+    return sock_prepare(SOCK_UDS, sh);
+}
 
 /* Driver side of tcp: accept, but give up if the peer died or never came. */
 static int accept_peer(struct sock_shared *s)

@@ -139,7 +139,7 @@ static int ucx_lat(const struct bench_params *p)
     s.iters = (uint64_t)f.iters;
     s.p50_us = f.lat_p50;
     s.mean_us = f.lat_overall;
-    bench_out_lat("ucx", &s, p->json, false);
+    bench_out_lat("ucx", NULL, &s, p->json, false);
     return BENCH_EXIT_OK;
 }
 
@@ -164,7 +164,7 @@ static int ucx_bw(const struct bench_params *p)
     s.msgs = (uint64_t)f.iters;
     s.gbps = f.bw_overall * 1048576.0 * 8.0 / 1e9;
     s.seconds = s.gbps > 0 ? (double)s.size * (double)s.msgs * 8.0 / (s.gbps * 1e9) : 0.0;
-    bench_out_bw("ucx", &s, p->json);
+    bench_out_bw("ucx", NULL, &s, p->json);
     return BENCH_EXIT_OK;
 }
 
@@ -186,7 +186,7 @@ static int ucx_sweep(const struct bench_params *p)
         s.iters = (uint64_t)f.iters;
         s.p50_us = f.lat_p50;
         s.mean_us = f.lat_overall;
-        bench_out_lat("ucx", &s, p->json, true);
+        bench_out_lat("ucx", NULL, &s, p->json, true);
         if (s.mean_us > 1e6)
             break;
         /* The next size is a little larger: size its count from this one. */

@@ -28,9 +28,26 @@ static int vi_prepare(enum vi_wait wait, void **shared)
     return 0;
 }
 
-static int prepare_poll(size_t m, void **sh) { (void)m; return vi_prepare(VI_POLL, sh); }
-static int prepare_block(size_t m, void **sh) { (void)m; return vi_prepare(VI_BLOCK, sh); }
-static int prepare_notify(size_t m, void **sh) { (void)m; return vi_prepare(VI_NOTIFY, sh); }
+static int prepare_poll(const struct bench_params *p, size_t m, void **sh)
+{
+    (void)p;
+    (void)m;
+    return vi_prepare(VI_POLL, sh);
+}
+
+static int prepare_block(const struct bench_params *p, size_t m, void **sh)
+{
+    (void)p;
+    (void)m;
+    return vi_prepare(VI_BLOCK, sh);
+}
+
+static int prepare_notify(const struct bench_params *p, size_t m, void **sh)
+{
+    (void)p;
+    (void)m;
+    return vi_prepare(VI_NOTIFY, sh);
+}
 
 static void vi_release(void *shared)
 {

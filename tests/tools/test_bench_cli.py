@@ -16,7 +16,11 @@ import unittest
 SOVIA = None  # set from argv in main
 TIMEOUT = 60
 
-LOCAL_TRANSPORTS = ["limit", "tcp", "tcp-poll", "uds", "vi", "vi-block", "vi-notify"]
+SOVIA_TRANSPORTS = ["sovia", "sovia-block", "sovia-adaptive"]
+LOCAL_TRANSPORTS = ["limit", "tcp", "tcp-poll", "uds", "vi", "vi-block", "vi-notify",
+                    *SOVIA_TRANSPORTS]
+SOVIA_LABELS = ["SOVIA_NOTIFY", "SOVIA_HANDLER", "SOVIA_SINGLE", "SOVIA_REG", "SOVIA_COPY",
+                "SOVIA_HYBRID", "SOVIA_BASE", "SOVIA_FLOWCNTL", "SOVIA_DACKS", "SOVIA_COMBINE"]
 LAT_KEYS = {"transport", "size", "iters", "one_way_p50_us", "one_way_mean_us"}
 BW_KEYS = {"transport", "size", "iters", "seconds", "gbps"}
 
@@ -49,11 +53,21 @@ class Help(unittest.TestCase):
         for word in ["lat", "bw", "sweep", "ucx", *LOCAL_TRANSPORTS]:
             self.assertIn(word, out)
 
+    def test_bench_help_lists_config_labels(self):
+        rc, out, _ = run("bench", "--help")
+        self.assertEqual(rc, 0)
+        self.assertIn("--config", out)
+        for label in SOVIA_LABELS:
+            self.assertIn(label, out)
+
     def test_mode_help(self):
-        for mode, words in [("lat", ["--transport", "--size", "--iters", "--json"]),
-                            ("bw", ["--transport", "--size", "--seconds", "--json"]),
-                            ("sweep", ["--transport", "--max-size", "--json", "1 s"]),
-                            ("idle", ["--transport", "--seconds", "--json", "cpu"])]:
+        for mode, words in [("lat", ["--transport", "--size", "--iters", "--config", "--json"]),
+                            ("bw", ["--transport", "--size", "--seconds", "--config",
+                                    "--json"]),
+                            ("sweep", ["--transport", "--max-size", "--config", "--json",
+                                       "1 s"]),
+                            ("idle", ["--transport", "--seconds", "--config", "--json",
+                                      "cpu"])]:
             with self.subTest(mode=mode):
                 rc, out, _ = run("bench", mode, "--help")
                 self.assertEqual(rc, 0)
@@ -81,6 +95,16 @@ class Usage(unittest.TestCase):
         ["bench", "bw", "--transport", "tcp", "--size", "8", "--seconds", "0"],
         ["bench", "sweep", "--transport", "tcp", "--size", "8"],
         ["bench", "sweep", "--transport", "tcp", "--max-size", "x"],
+        # --config: only the sovia transports take it, and only known labels
+        ["bench", "lat", "--transport", "tcp", "--size", "8", "--config", "SOVIA_BASE"],
+        ["bench", "bw", "--transport", "vi", "--size", "8", "--config", "SOVIA_COMBINE"],
+        ["bench", "sweep", "--transport", "uds", "--config", "SOVIA_DACKS"],
+        ["bench", "idle", "--transport", "tcp", "--config", "SOVIA_BASE"],
+        ["bench", "lat", "--transport", "ucx", "--size", "8", "--config", "SOVIA_BASE"],
+        ["bench", "lat", "--transport", "sovia", "--size", "8", "--config", "NOSUCH"],
+        ["bench", "idle", "--transport", "sovia-block", "--config", "sovia_nosuch"],
+        ["bench", "lat", "--transport", "sovia", "--size", "8", "--config", ""],
+        ["bench", "lat", "--transport", "sovia", "--size", "8", "--config"],
     ]
 
     def test_bad_usage_exits_2(self):
@@ -91,20 +115,44 @@ class Usage(unittest.TestCase):
                 self.assertTrue(err.strip(), "a message on stderr")
                 self.assertEqual(out, "", "nothing on stdout")
 
+    def test_unknown_label_lists_labels(self):
+        rc, out, err = run("bench", "bw", "--transport", "sovia-block", "--size", "64",
+                           "--config", "SOVIA_NOSUCH")
+        self.assertEqual(rc, 2)
+        self.assertIn("SOVIA_NOSUCH", err)
+        for label in SOVIA_LABELS:
+            self.assertIn(label, err)
+
+    def test_config_rejected_names_the_transport(self):
+        rc, _, err = run("bench", "lat", "--transport", "tcp", "--size", "8", "--config",
+                         "SOVIA_BASE")
+        self.assertEqual(rc, 2)
+        self.assertIn("tcp", err)
+        self.assertIn("--config", err)
+
 
 class Runs(unittest.TestCase):
-    def check_lat(self, rec, transport, size, iters=None):
+    def check_config(self, rec, transport, config):
+        # sovia runs say which configuration they measured; others do not.
+        if transport in SOVIA_TRANSPORTS:
+            self.assertEqual(rec.get("config"), config or "default", rec)
+        else:
+            self.assertNotIn("config", rec)
+
+    def check_lat(self, rec, transport, size, iters=None, config=None):
         self.assertTrue(LAT_KEYS <= rec.keys(), rec)
         self.assertEqual(rec["transport"], transport)
+        self.check_config(rec, transport, config)
         self.assertEqual(rec["size"], size)
         if iters is not None:
             self.assertEqual(rec["iters"], iters)
         for k in ["iters", "one_way_p50_us", "one_way_mean_us"]:
             self.assertTrue(positive_number(rec[k]), (k, rec))
 
-    def check_bw(self, rec, transport, size):
+    def check_bw(self, rec, transport, size, config=None):
         self.assertTrue(BW_KEYS <= rec.keys(), rec)
         self.assertEqual(rec["transport"], transport)
+        self.check_config(rec, transport, config)
         self.assertEqual(rec["size"], size)
         for k in ["iters", "seconds", "gbps"]:
             self.assertTrue(positive_number(rec[k]), (k, rec))
@@ -132,7 +180,7 @@ class Runs(unittest.TestCase):
     def test_idle_blocking_waiters_sleep(self):
         # Functional, not a performance bound: a blocked receiver must sleep
         # in the kernel rather than spin (a spinning one shows ~100).
-        for t in ["vi-block", "vi-notify", "tcp"]:
+        for t in ["vi-block", "vi-notify", "tcp", "sovia-block", "sovia-adaptive"]:
             with self.subTest(transport=t):
                 rc, out, err = run("bench", "idle", "--transport", t, "--seconds", "0.5",
                                    "--json")
@@ -140,12 +188,58 @@ class Runs(unittest.TestCase):
                 recs = json_lines(out)
                 self.assertEqual(len(recs), 1, out)
                 self.assertEqual(recs[0]["transport"], t)
+                self.check_config(recs[0], t, None)
                 self.assertGreaterEqual(recs[0]["seconds"], 0.5)
                 self.assertLess(recs[0]["cpu_percent"], 50, recs[0])
 
+    def test_idle_polling_sovia(self):
+        # The polling wait mode spins (no bound checked: a loaded machine may
+        # preempt it); the run and its JSON must work all the same.
+        rc, out, err = run("bench", "idle", "--transport", "sovia", "--seconds", "0.3",
+                           "--json")
+        self.assertEqual(rc, 0, err)
+        recs = json_lines(out)
+        self.assertEqual(len(recs), 1, out)
+        self.assertEqual(recs[0]["transport"], "sovia")
+        self.check_config(recs[0], "sovia", None)
+        self.assertGreaterEqual(recs[0]["seconds"], 0.3)
+        self.assertGreaterEqual(recs[0]["cpu_percent"], 0)
+
+    def test_sovia_config_labels(self):
+        # --config is accepted by every mode of the sovia transports and shows
+        # in the JSON. SOVIA_COMBINE streams small messages with combining on.
+        runs = [
+            (["lat", "--transport", "sovia", "--size", "64", "--iters", "200"],
+             "SOVIA_BASE", self.check_lat, 64),
+            (["lat", "--transport", "sovia-adaptive", "--size", "64", "--iters", "200"],
+             "SOVIA_HANDLER", self.check_lat, 64),
+            (["bw", "--transport", "sovia-block", "--size", "64", "--seconds", "0.2"],
+             "SOVIA_COMBINE", self.check_bw, 64),
+            (["bw", "--transport", "sovia", "--size", "64K", "--seconds", "0.2"],
+             "SOVIA_DACKS", self.check_bw, 65536),
+        ]
+        for args, label, check, size in runs:
+            with self.subTest(args=args, label=label):
+                rc, out, err = run("bench", *args, "--config", label, "--json")
+                self.assertEqual(rc, 0, err)
+                recs = json_lines(out)
+                self.assertEqual(len(recs), 1, out)
+                check(recs[0], args[2], size, config=label)
+        rc, out, err = run("bench", "sweep", "--transport", "sovia-block", "--max-size", "8",
+                           "--config", "SOVIA_COPY", "--json")
+        self.assertEqual(rc, 0, err)
+        recs = json_lines(out)
+        self.assertEqual([r["size"] for r in recs], [1, 2, 4, 5, 7, 8])
+        for r in recs:
+            self.check_lat(r, "sovia-block", r["size"], config="SOVIA_COPY")
+        rc, out, err = run("bench", "idle", "--transport", "sovia-block", "--seconds", "0.2",
+                           "--config", "SOVIA_NOTIFY", "--json")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(json_lines(out)[0]["config"], "SOVIA_NOTIFY")
+
     def test_large_messages(self):
         # Multi-page messages: partial socket writes, arena slots, etc.
-        for t in ["tcp", "uds", "vi", "vi-block"]:
+        for t in ["tcp", "uds", "vi", "vi-block", "sovia", "sovia-block"]:
             with self.subTest(transport=t):
                 rc, out, err = run("bench", "lat", "--transport", t, "--size", "1M",
                                    "--iters", "20", "--json")
@@ -182,6 +276,18 @@ class Runs(unittest.TestCase):
         self.assertEqual(len(lines), 2, out)
         self.assertIn("transport", lines[0])
         self.assertEqual(lines[1].split()[:3], ["uds", "1024", "100"])
+        self.assertNotIn("config", lines[0])
+
+    def test_table_output_sovia_config_column(self):
+        rc, out, err = run("bench", "lat", "--transport", "sovia-block", "--size", "1K",
+                           "--iters", "100", "--config", "SOVIA_DACKS")
+        self.assertEqual(rc, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(len(lines), 2, out)
+        self.assertEqual(lines[0].split()[-1], "config")
+        fields = lines[1].split()
+        self.assertEqual(fields[:3], ["sovia-block", "1024", "100"])
+        self.assertEqual(fields[-1], "SOVIA_DACKS")
 
     def test_ucx_unavailable(self):
         env = dict(os.environ, PATH="/nonexistent")

@@ -1,5 +1,5 @@
 /*
- * cmd_bench.c - `sovia bench lat|bw|sweep`: parse the command line into a
+ * cmd_bench.c - `sovia bench lat|bw|sweep|idle`: parse the command line into a
  * bench_params and hand it to the bench library.
  */
 #include "cli.h"
@@ -10,23 +10,35 @@
 #include <string.h>
 
 enum { OPT_TRANSPORT = 't', OPT_SIZE = 's', OPT_ITERS = 'n', OPT_SECONDS = 'S',
-       OPT_MAX_SIZE = 'm', OPT_JSON = 'j', OPT_HELP = 'h' };
+       OPT_MAX_SIZE = 'm', OPT_JSON = 'j', OPT_CONFIG = 'c', OPT_HELP = 'h' };
 
 #define O_TRANSPORT {"transport", required_argument, NULL, OPT_TRANSPORT}
 #define O_SIZE {"size", required_argument, NULL, OPT_SIZE}
 #define O_JSON {"json", no_argument, NULL, OPT_JSON}
+#define O_CONFIG {"config", required_argument, NULL, OPT_CONFIG}
 #define O_HELP {"help", no_argument, NULL, OPT_HELP}
 #define O_END {NULL, 0, NULL, 0}
 
 static const struct option lat_opts[] = {
-    O_TRANSPORT, O_SIZE, {"iters", required_argument, NULL, OPT_ITERS}, O_JSON, O_HELP, O_END};
+    O_TRANSPORT, O_SIZE, {"iters", required_argument, NULL, OPT_ITERS}, O_CONFIG, O_JSON,
+    O_HELP, O_END};
 static const struct option bw_opts[] = {
-    O_TRANSPORT, O_SIZE, {"seconds", required_argument, NULL, OPT_SECONDS}, O_JSON, O_HELP,
-    O_END};
+    O_TRANSPORT, O_SIZE, {"seconds", required_argument, NULL, OPT_SECONDS}, O_CONFIG, O_JSON,
+    O_HELP, O_END};
 static const struct option idle_opts[] = {
-    O_TRANSPORT, {"seconds", required_argument, NULL, OPT_SECONDS}, O_JSON, O_HELP, O_END};
+    O_TRANSPORT, {"seconds", required_argument, NULL, OPT_SECONDS}, O_CONFIG, O_JSON, O_HELP,
+    O_END};
 static const struct option sweep_opts[] = {
-    O_TRANSPORT, {"max-size", required_argument, NULL, OPT_MAX_SIZE}, O_JSON, O_HELP, O_END};
+    O_TRANSPORT, {"max-size", required_argument, NULL, OPT_MAX_SIZE}, O_CONFIG, O_JSON, O_HELP,
+    O_END};
+
+/* The --config lines of every mode's help. */
+#define HELP_CONFIG                                                                           \
+    "  --config LABEL sovia transports only: apply a configuration label (the\n"              \
+    "                 papers' Table 4: SOVIA_BASE, SOVIA_DACKS, SOVIA_COMBINE, ...;\n"       \
+    "                 'sovia bench --help' lists them) on top of the environment;\n"         \
+    "                 the transport's wait mode still applies. Without a label that\n"      \
+    "                 turns combining on, TCP_NODELAY is set (as for tcp).\n"
 
 struct bench_mode_desc {
     const char *name;
@@ -38,7 +50,7 @@ struct bench_mode_desc {
 
 static const struct bench_mode_desc modes[] = {
     {"lat", BENCH_LAT, "ping-pong latency (one-way = half the round trip)",
-     "usage: sovia bench lat --transport T --size N [--iters K] [--json]\n"
+     "usage: sovia bench lat --transport T --size N [--iters K] [--config LABEL] [--json]\n"
      "\n"
      "Ping-pong between two processes: one-way latency is half the round trip.\n"
      "Round trips are timed in batches (CLOCK_MONOTONIC) so the clock does not\n"
@@ -50,11 +62,13 @@ static const struct bench_mode_desc modes[] = {
      "  --size N       message size in bytes; K and M suffixes (1K = 1024)\n"
      "  --iters K      round trips (default 100000, fewer for large sizes so that\n"
      "                 at most 1 GiB moves each way)\n"
+     HELP_CONFIG
      "  --json         one JSON object per line: transport, size, iters,\n"
-     "                 one_way_p50_us, one_way_mean_us\n",
+     "                 one_way_p50_us, one_way_mean_us (sovia transports: also\n"
+     "                 config, the label or \"default\")\n",
      lat_opts},
     {"bw", BENCH_BW, "unidirectional streaming bandwidth",
-     "usage: sovia bench bw --transport T --size N [--seconds S] [--json]\n"
+     "usage: sovia bench bw --transport T --size N [--seconds S] [--config LABEL] [--json]\n"
      "\n"
      "The sender streams messages of N bytes for S seconds, then the receiver\n"
      "acknowledges the last message with a small reply and the sender stops the\n"
@@ -63,11 +77,12 @@ static const struct bench_mode_desc modes[] = {
      "  --transport T  see 'sovia bench --help' for the list\n"
      "  --size N       message size in bytes; K and M suffixes (1K = 1024)\n"
      "  --seconds S    streaming time (default 2; fractions allowed)\n"
+     HELP_CONFIG
      "  --json         one JSON object per line: transport, size, iters (messages),\n"
-     "                 seconds, gbps\n",
+     "                 seconds, gbps (sovia transports: also config)\n",
      bw_opts},
     {"sweep", BENCH_SWEEP, "NetPIPE-style latency/throughput sweep over sizes",
-     "usage: sovia bench sweep --transport T [--json] [--max-size N]\n"
+     "usage: sovia bench sweep --transport T [--max-size N] [--config LABEL] [--json]\n"
      "\n"
      "NetPIPE-style sweep (Ong & Farrell): sizes c-3, c, c+3 for c = 1, 2, 4, ...\n"
      "bytes. Each size is a ping-pong run whose iteration count is calibrated so\n"
@@ -80,11 +95,13 @@ static const struct bench_mode_desc modes[] = {
      "                 exists because on shared memory the 1 s rule alone would\n"
      "                 need multi-GB messages. Transports with a smaller message\n"
      "                 limit (vi: 4M) stop there.\n"
+     HELP_CONFIG
      "  --json         one JSON object per line and size: transport, size, iters,\n"
-     "                 one_way_p50_us, one_way_mean_us, mbps\n",
+     "                 one_way_p50_us, one_way_mean_us, mbps (sovia transports:\n"
+     "                 also config)\n",
      sweep_opts},
     {"idle", BENCH_IDLE, "CPU used by a receiver waiting on a silent peer",
-     "usage: sovia bench idle --transport T [--seconds S] [--json]\n"
+     "usage: sovia bench idle --transport T [--seconds S] [--config LABEL] [--json]\n"
      "\n"
      "The peer stays silent for S seconds while the driver waits in its receive\n"
      "call, then answers. Reports the driver's CPU time over that wait (all its\n"
@@ -93,7 +110,9 @@ static const struct bench_mode_desc modes[] = {
      "\n"
      "  --transport T  see 'sovia bench --help' for the list\n"
      "  --seconds S    how long the peer stays silent (default 2)\n"
-     "  --json         one JSON object: transport, seconds, cpu_percent\n",
+     HELP_CONFIG
+     "  --json         one JSON object: transport, seconds, cpu_percent (sovia\n"
+     "                 transports: also config)\n",
      idle_opts},
 };
 
@@ -102,6 +121,7 @@ static const struct bench_mode_desc modes[] = {
 static void bench_usage(FILE *f)
 {
     const char *const *names = bench_transport_names();
+    const char *const *labels = bench_config_labels();
 
     fprintf(f, "usage: sovia bench <lat|bw|sweep|idle> --transport T [options]\n"
                "\n"
@@ -110,11 +130,17 @@ static void bench_usage(FILE *f)
                "\n"
                "modes:\n");
     for (size_t i = 0; i < NMODES; i++)
-        fprintf(f, "  %-10s %s\n", modes[i].name, modes[i].summary);
+        fprintf(f, "  %-14s %s\n", modes[i].name, modes[i].summary);
     fprintf(f, "\ntransports:\n");
     for (size_t i = 0; names[i]; i++)
-        fprintf(f, "  %-10s %s\n", names[i], bench_transport_summary(names[i]));
+        fprintf(f, "  %-14s %s\n", names[i], bench_transport_summary(names[i]));
     fprintf(f, "\n"
+               "The sovia transports take --config LABEL, one of the papers' configurations\n"
+               "(Kim et al., ICS 2001, Table 4; docs/SOCKETS.md):\n ");
+    for (size_t i = 0; labels[i]; i++)
+        fprintf(f, " %s%s", labels[i], i % 5 == 4 && labels[i + 1] ? "\n " : "");
+    fprintf(f, "\n"
+               "\n"
                "Run 'sovia bench <mode> --help' for a mode's options.\n"
                "Exit status: 0 ok, 1 the run failed, 2 bad usage, 3 transport unavailable.\n");
 }
@@ -157,6 +183,12 @@ static int parse_mode(const struct bench_mode_desc *m, int argc, char **argv)
             if (!cli_parse_size(optarg, &p.max_size) || p.max_size < 1 ||
                 p.max_size > BENCH_SIZE_LIMIT)
                 return cli_usage_error(where, "bad --max-size '%s' (1 to 1024M)", optarg);
+            break;
+        case OPT_CONFIG:
+            /* Checked against the transport (and the library) by bench_run. */
+            if (!*optarg)
+                return cli_usage_error(where, "empty --config label");
+            p.config = optarg;
             break;
         case OPT_JSON:
             p.json = true;
