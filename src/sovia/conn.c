@@ -183,6 +183,25 @@ int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type)
     return sov_post_packet(c, type, NULL, 0, 0);
 }
 
+/* Establishment completes with the peer's WAKEUP, always its first packet
+ * (it carries the window, so both ends can send at once, as after TCP's
+ * handshake). 0, -ETIMEDOUT or -ECONNRESET. */
+static int await_wakeup(struct sov_conn *c)
+{
+    VIP_DESCRIPTOR *d;
+    VIP_RETURN r = VIP_NOT_DONE;
+    uint64_t end = sov_now_ns() + 20000; /* it is usually microseconds away */
+    while ((r = VipRecvDone(c->vi, &d)) == VIP_NOT_DONE && sov_now_ns() < end)
+        __builtin_ia32_pause();
+    if (r == VIP_NOT_DONE)
+        r = VipRecvWait(c->vi, 10000, &d);
+    if (r == VIP_TIMEOUT)
+        return -ETIMEDOUT;
+    if (r != VIP_SUCCESS || sov_conn_wakeup(c, d) != 0)
+        return -ECONNRESET;
+    return 0;
+}
+
 static int map_connect_error(VIP_RETURN r)
 {
     switch (r) {
@@ -222,6 +241,8 @@ static int run_connect(struct connect_job *j)
         if (r == VIP_SUCCESS && ra.MaxTransferSize < c->send_mtu)
             c->send_mtu = ra.MaxTransferSize;
         err = r == VIP_SUCCESS ? sov_conn_send_ctrl(c, PKT_WAKEUP) : map_connect_error(r);
+        if (err == 0)
+            err = await_wakeup(c) == -ETIMEDOUT ? -ETIMEDOUT : 0;
     }
     free(local);
     free(remote);
@@ -355,7 +376,7 @@ static void *connection_thread(void *arg)
         if (ra.MaxTransferSize < p.conn->send_mtu)
             p.conn->send_mtu = ra.MaxTransferSize;
         if (VipConnectAccept(ch, p.conn->vi) != VIP_SUCCESS ||
-            sov_conn_send_ctrl(p.conn, PKT_WAKEUP) != 0) {
+            sov_conn_send_ctrl(p.conn, PKT_WAKEUP) != 0 || await_wakeup(p.conn) != 0) {
             sov_conn_destroy(p.conn);
             continue;
         }

@@ -60,19 +60,8 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
     uint32_t imm = d->CS.ImmediateData;
     uint32_t type = imm & PKT_TYPE_MASK, acks = (imm >> PKT_ACKS_SHIFT) & PKT_ACKS_MAX;
     if (type == PKT_WAKEUP) {
-        unsigned w = (imm >> WAKEUP_WINDOW_SHIFT) & WAKEUP_FIELD_MASK;
-        unsigned slots = (imm >> WAKEUP_SLOTS_SHIFT) & WAKEUP_FIELD_MASK;
-        if (w < 1 || w > 1024 || slots < 1 || c->peer_window) {
+        if (sov_conn_wakeup(c, d) != 0)
             abort_conn(c);
-            return;
-        }
-        /* Our ACK packets may not outnumber the peer's buffers for them:
-         * at most w_ours / ack_every of them can be outstanding. */
-        unsigned need = (c->cfg.window + slots - 1) / slots;
-        c->ack_every = c->cfg.ack_threshold > need ? c->cfg.ack_threshold : need;
-        c->peer_window = w;
-        c->credits = w;
-        repost(c, (unsigned)i);
         return;
     }
     /* The peer can only acknowledge what we sent: anything else is a
@@ -120,6 +109,24 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
     default:
         abort_conn(c);
     }
+}
+
+/* The peer's WAKEUP: its window becomes our credits, and our ACK packets
+ * are paced so they never outnumber the peer's buffers for them (at most
+ * w_ours / ack_every can be outstanding). 0 or -EPROTO. */
+int sov_conn_wakeup(struct sov_conn *c, VIP_DESCRIPTOR *d)
+{
+    uint32_t imm = d->CS.ImmediateData;
+    unsigned w = (imm >> WAKEUP_WINDOW_SHIFT) & WAKEUP_FIELD_MASK;
+    unsigned slots = (imm >> WAKEUP_SLOTS_SHIFT) & WAKEUP_FIELD_MASK;
+    if ((imm & PKT_TYPE_MASK) != PKT_WAKEUP || (d->CS.Status & VIP_STATUS_ERROR_MASK) ||
+        w < 1 || w > 1024 || slots < 1 || c->peer_window)
+        return -EPROTO;
+    unsigned need = (c->cfg.window + slots - 1) / slots;
+    c->ack_every = c->cfg.ack_threshold > need ? c->cfg.ack_threshold : need;
+    c->peer_window = w;
+    c->credits = w;
+    return repost(c, (unsigned)(d - c->rdesc));
 }
 
 /* Handles every completed receive of the socket's VI (SINGLE strategy; in

@@ -82,6 +82,10 @@ SOV_EXPORT int sov_getsockopt(int fd, int level, int name, void *val, socklen_t 
     else if (level == SOL_SOCKET && name == SO_ERROR) {
         v = s->so_error;
         s->so_error = 0;
+        if (!v && s->conn && s->conn->reset && !s->conn->reset_told) {
+            v = ECONNRESET; /* a pending reset is reported once, as TCP's sk_err */
+            s->conn->reset_told = true;
+        }
     } else if (level == SOL_SOCKET && name == SO_LINGER)
         is_linger = true;
     else

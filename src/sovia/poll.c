@@ -43,7 +43,7 @@ short sov_sock_revents(struct sov_sock *s, short events)
             r |= POLLRDHUP;
         if (c->reset || (c->peer_fin && c->wr_shut))
             r |= POLLHUP;
-        if (c->reset || s->so_error)
+        if ((c->reset && !c->reset_told) || s->so_error)
             r |= POLLERR;
         break;
     }

@@ -221,6 +221,7 @@ bool sov_accept_ready(struct sov_sock *s);
 /* data.c: the protocol engine (caller holds s->lock) */
 int sov_progress(struct sov_sock *s); /* handles completed receives; count or -errno */
 void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d);
+int sov_conn_wakeup(struct sov_conn *c, VIP_DESCRIPTOR *d);
 ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags);
 ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags);
 int sov_flush(struct sov_sock *s, bool may_block);

@@ -104,9 +104,14 @@ int shm_wait_sleep(void *obj, enum vipl_queue q, uint32_t token, const struct ti
 {
     struct shm_wake w = shm_wake_of(obj, q);
     if (w.sock >= 0) {
+        /* Several threads may wait on one CQ, and the one that drains the
+         * wake-up socket can leave another asleep: sleep in slices so such
+         * a loss costs at most one slice. (Per-waiter wake-ups would remove
+         * it; see the notes in ARCHITECTURE.md.) */
+        int left = vipl_ms_left(dl);
         struct pollfd pfd = {.fd = w.sock, .events = POLLIN};
-        int rc = poll(&pfd, 1, vipl_ms_left(dl));
-        return rc == 0 ? -ETIMEDOUT : 0;
+        int rc = poll(&pfd, 1, left < 0 || left > 10 ? 10 : left);
+        return rc == 0 && left >= 0 && left <= 10 ? -ETIMEDOUT : 0;
     }
     int rc = futex_wait(w.word, token, dl, w.shared);
     return rc == -ETIMEDOUT ? -ETIMEDOUT : 0;
