@@ -26,7 +26,7 @@ enum bench_role { BENCH_DRIVER, BENCH_PEER };
 struct bench_transport {
     const char *name;
     const char *summary;
-    bool polling;   /* busy-polls: pin driver and peer to different CPUs */
+    bool polling;   /* spins (always or first): pin driver and peer to different CPUs */
     size_t max_msg; /* largest message it can carry, 0 = no own limit */
 
     /* Transports that take --config (sovia): whether the label is known;

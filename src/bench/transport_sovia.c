@@ -479,8 +479,8 @@ const struct bench_transport bench_transport_sovia_block = {
 
 const struct bench_transport bench_transport_sovia_adaptive = {
     .name = "sovia-adaptive",
-    .summary = "sovia sockets (sov_*) over 127.0.0.1, SOV_WAIT_ADAPTIVE (spin, then sleep)",
-    .polling = false,
+    .summary = "sovia sockets (sov_*) over 127.0.0.1, SOV_WAIT_ADAPTIVE (spin, then sleep; pinned)",
+    .polling = true, /* it spins first: pinned for the same reason as vi-block */
     .prepare = prepare_adaptive,
     SOVIA_OPS,
 };
