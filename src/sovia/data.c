@@ -389,7 +389,9 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
         return -EOPNOTSUPP;
     if (s->kind != SK_CONNECTED)
         return -ENOTCONN;
-    sov_progress(s);
+    /* Incoming packets are handled only when the window is closed (below,
+     * in wait_credit): a broken connection shows anyway as a flushed send,
+     * and polling here would pull in the line the peer's reply will use. */
     int err = send_error(s);
     if (err)
         return err;
