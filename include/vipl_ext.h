@@ -77,6 +77,8 @@ VIP_RETURN VipxSetWaitSpin(VIP_NIC_HANDLE NicHandle, VIP_ULONG Microseconds);
  * may have arrived while the CQ is armed. Arm, check for completions, poll,
  * then disarm:
  *     VipxCQArm(cq, VIP_TRUE); if (nothing ready) poll(...); VipxCQArm(cq, VIP_FALSE);
+ * Arms count (several threads may arm at once): pair each arm with one
+ * disarm; a disarm with nothing armed does nothing.
  */
 VIP_RETURN VipxCQWaitFd(VIP_CQ_HANDLE CQHandle, int *Fd);
 VIP_RETURN VipxCQArm(VIP_CQ_HANDLE CQHandle, VIP_BOOLEAN Arm);

@@ -120,7 +120,12 @@ int shm_wait_sleep(void *obj, enum vipl_queue q, uint32_t token, const struct ti
 void shm_wait_finish(void *obj, enum vipl_queue q)
 {
     struct shm_wake w = shm_wake_of(obj, q);
-    atomic_fetch_sub_explicit(w.armed, 1, memory_order_relaxed);
+    /* Never below zero: a stray disarm must not leave the flag "armed"
+     * (wrapped) forever, which would stop every later wake-up. */
+    uint32_t a = atomic_load_explicit(w.armed, memory_order_relaxed);
+    while (a && !atomic_compare_exchange_weak_explicit(w.armed, &a, a - 1, memory_order_relaxed,
+                                                       memory_order_relaxed))
+        ;
 }
 
 void shm_wait_wake(void *obj, enum vipl_queue q)
