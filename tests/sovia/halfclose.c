@@ -59,10 +59,15 @@ struct roles {
     void (*client)(int fd, int chan);
 };
 
+/* A label both ends apply first (NULL: the default configuration). */
+static const char *label;
+
 static void server_role(int chan, void *arg)
 {
     const struct roles *r = arg;
     count_sigpipe();
+    if (label)
+        s_use_label(label);
     uint16_t port;
     int lfd = s_listener(AF_INET, &port, 1);
     s_put_u64(chan, port);
@@ -75,6 +80,8 @@ static void client_role(int chan, void *arg)
 {
     const struct roles *r = arg;
     count_sigpipe();
+    if (label)
+        s_use_label(label);
     int fd = s_connect(AF_INET, (uint16_t)s_get_u64(chan));
     r->client(fd, chan);
 }
@@ -148,6 +155,21 @@ static void shutrd_client(int fd, int chan)
     CHECK_EQ(SYS(sov_read(fd, buf, sizeof buf)), 0);
     s_unguard();
     /* Sending still works. */
+    s_send_pattern(fd, 4, 0, 5000, 0);
+    s_tok(chan, 'e');
+    SYS(sov_close(fd));
+}
+
+/* With a handler thread (SOVIA_HANDLER) incoming packets are handled
+ * without application calls: the reader can stay idle while the discarded
+ * data flows. */
+static void shutrd_idle_client(int fd, int chan)
+{
+    char buf[64];
+    CHECK_EQ(SYS(sov_shutdown(fd, SHUT_RD)), 0);
+    s_tok(chan, 'd');
+    s_want(chan, 's'); /* no sovia call while the peer sends 4 MiB */
+    CHECK_EQ(SYS(sov_recv(fd, buf, sizeof buf, 0)), 0);
     s_send_pattern(fd, 4, 0, 5000, 0);
     s_tok(chan, 'e');
     SYS(sov_close(fd));
@@ -310,6 +332,9 @@ int main(void)
     s_init("halfclose", 110);
     run("shut_wr", shutwr_server, shutwr_client);
     run("shut_rd", shutrd_server, shutrd_client);
+    label = "SOVIA_HANDLER";
+    run("shut_rd_handler_idle", shutrd_server, shutrd_idle_client);
+    label = NULL;
     run("shut_rdwr", shutrdwr_server, shutrdwr_client);
     close_mode = CLOSE_STAY;
     run("close_delivers", delivered_server, delivered_client);

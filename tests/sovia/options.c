@@ -150,6 +150,39 @@ static void nd_client(int chan, void *arg)
     SYS(sov_close(fd));
 }
 
+/* ---- the combining timer: a held small send goes out by itself -------------- */
+
+static void ct_server(int chan, void *arg)
+{
+    (void)arg;
+    uint16_t port;
+    int lfd = s_listener(AF_INET, &port, 1);
+    s_put_u64(chan, port);
+    int fd = s_accept(lfd);
+    s_guard(5000, "a combined send while its sender makes no sovia call");
+    s_recv_pattern(fd, 53, 0, 10);
+    s_unguard();
+    double t = s_now_ms(), at = s_get_f64(chan);
+    s_log("a held 10-byte send arrived %.1f ms after it was made (combine_ms 100)", t - at);
+    CHECK_MSG(t - at < S_DEADLINE_MS, "the combining timer flushed after %.0f ms", t - at);
+    s_tok(chan, 'k');
+    s_recv_eof(fd);
+    SYS(sov_close(fd));
+    SYS(sov_close(lfd));
+}
+
+static void ct_client(int chan, void *arg)
+{
+    (void)arg;
+    int fd = s_connect(AF_INET, (uint16_t)s_get_u64(chan));
+    unsigned char b[10];
+    s_pattern_fill(b, 10, 53, 0);
+    s_put_f64(chan, s_now_ms());
+    CHECK_EQ(SYS(sov_send(fd, b, 10, 0)), 10);
+    s_want(chan, 'k'); /* no sovia call until the server has the bytes */
+    SYS(sov_close(fd));
+}
+
 /* ---- SO_RCVBUF ------------------------------------------------------------------ */
 
 static void rcvbuf_solo(int chan, void *arg)
@@ -713,6 +746,8 @@ int main(int argc, char **argv)
     s_init("options", 100);
     if (s_case("nodelay"))
         s_run_pair("server", nd_server, "client", nd_client, NULL);
+    if (s_case("combine_timer"))
+        s_run_pair("server", ct_server, "client", ct_client, NULL);
     if (s_case("rcvbuf_values"))
         s_run_solo("solo", rcvbuf_solo, NULL);
     if (s_case("rcvbuf_window"))
