@@ -73,6 +73,8 @@ static void service_timers(uint64_t now)
             sov_progress(s);
             sov_flush(s, false);
         }
+        if (s->conn) /* an idle application must not hold a buffer back */
+            sov_repost_deferred(s->conn);
         sov_unlock(&s->lock);
     }
     pthread_mutex_unlock(&sov_g.lock);

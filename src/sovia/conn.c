@@ -98,6 +98,7 @@ struct sov_conn *sov_conn_create(const struct sov_config *cfg, int *err)
         if (post_recv_buffer(c, i) != 0)
             goto fail;
     c->credits = 0; /* until the peer's WAKEUP says how many buffers it has */
+    c->deferred = -1;
     c->ack_every = cfg->ack_threshold;
     c->send_mtu = cfg->mtu;
     c->stats.window = cfg->window;
@@ -141,9 +142,19 @@ void sov_conn_destroy(struct sov_conn *c)
 int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,
                     VIP_MEM_HANDLE mh)
 {
+    /* Completed sends are dequeued lazily, when their slot comes round. */
+    VIP_DESCRIPTOR *done;
+    while (c->s_next - c->s_reaped >= c->nsend) {
+        if (VipSendDone(c->vi, &done) == VIP_SUCCESS)
+            c->s_reaped++;
+        else
+            __builtin_ia32_pause();
+    }
     VIP_DESCRIPTOR *d = &c->sdesc[c->s_next++ % c->nsend];
     uint32_t acks = type == PKT_WAKEUP ? 0 : c->to_ack;
-    memset(&d->CS, 0, sizeof(d->CS));
+    d->CS.Status = 0;
+    d->CS.Length = 0;
+    d->CS.Reserved = 0;
     d->CS.Control = VIP_CONTROL_OP_SENDRECV | VIP_CONTROL_IMMEDIATE;
     d->CS.ImmediateData = pkt_imm(type, acks);
     if (type == PKT_WAKEUP)
@@ -160,11 +171,11 @@ int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uin
         c->reset = true;
         return -ECONNRESET;
     }
-    /* The send queue completes in order; wait for this descriptor. */
-    VIP_DESCRIPTOR *done = NULL;
-    while (done != d)
-        if (VipSendDone(c->vi, &done) == VIP_NOT_DONE)
-            __builtin_ia32_pause();
+    /* The caller's memory (registered sends) is free only once the send
+     * completed: the shm provider completes it inside VipPostSend, a
+     * provider with a real NIC later. */
+    while (!(__atomic_load_n(&d->CS.Status, __ATOMIC_ACQUIRE) & VIP_STATUS_DONE))
+        __builtin_ia32_pause();
     if (d->CS.Status & VIP_STATUS_ERROR_MASK) {
         c->reset = true;
         return -ECONNRESET;

@@ -35,15 +35,35 @@ static int repost(struct sov_conn *c, unsigned i)
     return 0;
 }
 
-/* A DATA buffer was read completely: repost it and owe the peer an
- * acknowledgement, sent on its own only when t of them are owed. */
-static void consumed(struct sov_conn *c, unsigned i)
+static void repost_and_ack(struct sov_conn *c, unsigned i)
 {
     if (repost(c, i) != 0)
         return;
     c->to_ack++;
     if (c->to_ack >= c->ack_every)
         sov_conn_send_ctrl(c, PKT_ACK);
+}
+
+/*
+ * A DATA buffer was read completely: repost it and owe the peer an
+ * acknowledgement (sent on its own only when t are owed). The last such
+ * buffer's repost is deferred until after our next send or until we wait:
+ * in a request/response exchange the reply then leaves before the repost,
+ * which is off the critical path. At most one buffer per connection waits.
+ */
+static void consumed(struct sov_conn *c, unsigned i)
+{
+    sov_repost_deferred(c);
+    c->deferred = (int)i;
+}
+
+void sov_repost_deferred(struct sov_conn *c)
+{
+    if (c->deferred >= 0) {
+        unsigned i = (unsigned)c->deferred;
+        c->deferred = -1;
+        repost_and_ack(c, i);
+    }
 }
 
 void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
@@ -85,7 +105,7 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
             return;
         }
         if (s->rd_shut) {
-            consumed(c, (unsigned)i);
+            repost_and_ack(c, (unsigned)i);
             return;
         }
         c->recvq[(c->rq_head + c->rq_count) % (c->nrecv + 1)] = (unsigned)i;
@@ -197,6 +217,8 @@ int sov_wait(struct sov_sock *s, uint64_t *spun_since)
 {
     struct sov_conn *c = s->conn;
     int rc = 0;
+    if (c)
+        sov_repost_deferred(c); /* waiting is free time for it */
     if (c && c->cfg.handling != SOV_SINGLE) {
         rc = wait_for_handler(s);
     } else {
@@ -209,10 +231,10 @@ int sov_wait(struct sov_sock *s, uint64_t *spun_since)
                                                                          : SOV_WAIT_BLOCK;
         }
         if (mode == SOV_WAIT_POLL) {
-            /* One pause: it costs ~140 cycles on recent cores, more would
-             * delay noticing the packet we wait for. */
+            /* No pause instruction: it costs ~140 cycles on recent cores and
+             * would delay noticing the packet; dropping the lock for a
+             * moment is enough to let another thread of this socket in. */
             sov_unlock(&s->lock);
-            __builtin_ia32_pause();
             sov_lock(&s->lock);
         } else {
             rc = block_on_cq(s);
@@ -435,8 +457,9 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
         }
         sent += (size_t)n;
         if (sent >= SSIZE_MAX - c->send_mtu)
-            return (ssize_t)sent;
+            break;
     }
+    sov_repost_deferred(s->conn); /* the data left first; now the repost */
     return (ssize_t)sent;
 }
 

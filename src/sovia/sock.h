@@ -100,7 +100,9 @@ struct sov_conn {
     unsigned peer_window; /* the peer's w, from its WAKEUP (0 before) */
     unsigned ack_every;   /* our effective t: our ACKs must fit the peer's buffers */
     size_t send_mtu;      /* largest DATA the peer takes: min of both MTUs */
-    unsigned s_next;  /* next send descriptor */
+    unsigned s_next;   /* next send descriptor */
+    unsigned s_reaped; /* send descriptors dequeued with VipSendDone */
+    int deferred;      /* a read buffer whose repost waits (-1: none), see consumed() */
 
     bool wr_shut;     /* our FIN is sent (or owed after the combining buffer) */
     bool fin_acked;   /* the peer acknowledged our FIN */
@@ -226,6 +228,7 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
 ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags);
 int sov_flush(struct sov_sock *s, bool may_block);
 int sov_send_fin(struct sov_sock *s);
+void sov_repost_deferred(struct sov_conn *c);
 int sov_wait(struct sov_sock *s, uint64_t *spun_since); /* 0, -EINTR */
 
 /* handler.c: HANDLER and NOTIFY strategies */
