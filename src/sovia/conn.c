@@ -9,7 +9,9 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "sock.h"
@@ -467,16 +469,18 @@ bool sov_accept_ready(struct sov_sock *s)
 }
 
 /* Takes the next accepted connection; blocks unless nonblock. The caller
- * does not hold s->lock. */
+ * does not hold s->lock. Sleeps in poll() on sovia's event descriptor (the
+ * connection thread signals it), so a signal interrupts it: -EINTR. */
 struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *peer,
                                  socklen_t *peer_len, bool nonblock, int *err)
 {
-    pthread_mutex_lock(&s->wait_lock);
     for (;;) {
+        pthread_mutex_lock(&s->wait_lock);
         struct sov_listener *l = s->lst;
         if (!l || s->dead) {
+            pthread_mutex_unlock(&s->wait_lock);
             *err = -EINVAL;
-            break;
+            return NULL;
         }
         if (l->count) {
             struct pending p = l->q[l->head];
@@ -487,19 +491,23 @@ struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *pe
             *peer_len = p.peer_len;
             return p.conn;
         }
+        pthread_mutex_unlock(&s->wait_lock);
         if (nonblock) {
             *err = -EAGAIN;
-            break;
+            return NULL;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
+        /* Several threads may sleep here; the 50 ms slice covers one of them
+         * draining a signal meant for another. */
+        struct pollfd pfd = {.fd = sov_g.event_fd, .events = POLLIN};
+        if (poll(&pfd, 1, 50) < 0 && errno == EINTR) {
+            *err = -EINTR;
+            return NULL;
         }
-        pthread_cond_timedwait(&s->cond, &s->wait_lock, &ts);
+        if (pfd.revents & POLLIN) {
+            uint64_t v;
+            if (read(sov_g.event_fd, &v, sizeof(v)) < 0) {
+                /* another sleeper drained it */
+            }
+        }
     }
-    pthread_mutex_unlock(&s->wait_lock);
-    return NULL;
 }

@@ -54,6 +54,10 @@ static void repost_and_ack(struct sov_conn *c, unsigned i)
 static void consumed(struct sov_conn *c, unsigned i)
 {
     sov_repost_deferred(c);
+    if (c->cfg.window < 4) { /* one held buffer would be much of the window */
+        repost_and_ack(c, i);
+        return;
+    }
     c->deferred = (int)i;
 }
 
@@ -313,6 +317,8 @@ int sov_flush(struct sov_sock *s, bool may_block)
     if (rc)
         return rc;
     c = s->conn;
+    if (c->clen == 0)
+        return 0; /* another thread flushed it while we waited for credit */
     rc = sov_post_packet(c, PKT_DATA, c->cbuf, (uint32_t)c->clen, c->cbuf_mh);
     if (rc)
         return rc;

@@ -31,12 +31,15 @@ static size_t slot(VIP_VI_HANDLE vi)
     return ((uintptr_t)vi >> 6) % MAP_SIZE;
 }
 
+/* Wakes application threads blocked in a call on this socket and, since
+ * the handler took the CQ's wake-up, any sov_poll sleeping on it. */
 static void wake_app(struct sov_sock *s)
 {
     pthread_mutex_lock(&s->wait_lock);
     atomic_fetch_add(&s->events, 1);
     pthread_cond_broadcast(&s->cond);
     pthread_mutex_unlock(&s->wait_lock);
+    sov_signal_event();
 }
 
 /* Handles everything completed on the socket's VI; caller holds s->lock. */
