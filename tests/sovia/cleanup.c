@@ -141,7 +141,8 @@ static void server(int chan, void *arg)
         s_unguard();
     }
     free(buf);
-    /* The killed process's listener is gone: refused, and its port is free. */
+    /* The killed process is gone (the main process reaped it before sending
+     * the time read above): its listener refuses, and its port is free. */
     int fd = s_socket(AF_INET, 0);
     struct sockaddr_in a;
     s_addr4(&a, dead_port);
@@ -208,10 +209,14 @@ int main(void)
             s_want(cs, 'b');
             s_sleep_ms(100);
             double t = s_now_ms();
-            if (i == 3)
+            if (i == 3) {
                 s_kill(ids[3]);
-            else
+                /* The server checks the dead listener's port once the
+                 * process is gone (reaped), as it would for kernel TCP. */
+                s_reap(ids[3]);
+            } else {
                 s_tok(cc[i], 'x');
+            }
             s_put_f64(cs, t);
         }
         s_wait_all();

@@ -380,6 +380,40 @@ void s_kill(int id)
     kill(s_procs[id].pid, SIGKILL);
 }
 
+static void s_check_status(int i, int st)
+{
+    int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (s_procs[i].expect_kill && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+        ok = 1;
+    if (!ok) {
+        if (WIFEXITED(st))
+            FAILF("role %s (pid %d) failed with exit status %d (its messages are above)",
+                  s_procs[i].role, (int)s_procs[i].pid, WEXITSTATUS(st));
+        FAILF("role %s (pid %d) died of signal %d (%s)", s_procs[i].role, (int)s_procs[i].pid,
+              WTERMSIG(st), strsignal(WTERMSIG(st)));
+    }
+}
+
+void s_reap(int id)
+{
+    CHECK(id >= 0 && id < s_nprocs && !s_procs[id].reaped);
+    double t0 = s_now_ms();
+    int st = 0;
+    for (;;) {
+        pid_t r = waitpid(s_procs[id].pid, &st, WNOHANG);
+        if (r == s_procs[id].pid)
+            break;
+        CHECK_MSG(r == 0, "waitpid(%d): %s", (int)s_procs[id].pid, strerror(errno));
+        CHECK_MSG(s_now_ms() - t0 < 20000, "role %s (pid %d) did not exit within 20 s",
+                  s_procs[id].role, (int)s_procs[id].pid);
+        s_sleep_ms(1);
+    }
+    s_procs[id].reaped = 1;
+    if (s_procs[id].chan >= 0)
+        close(s_procs[id].chan);
+    s_check_status(id, st);
+}
+
 void s_wait_all(void)
 {
     for (;;) {
@@ -398,16 +432,7 @@ void s_wait_all(void)
             s_procs[i].reaped = 1;
             if (s_procs[i].chan >= 0)
                 close(s_procs[i].chan);
-            int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-            if (s_procs[i].expect_kill && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
-                ok = 1;
-            if (!ok) {
-                if (WIFEXITED(st))
-                    FAILF("role %s (pid %d) failed with exit status %d (its messages are above)",
-                          s_procs[i].role, (int)s_procs[i].pid, WEXITSTATUS(st));
-                FAILF("role %s (pid %d) died of signal %d (%s)", s_procs[i].role,
-                      (int)s_procs[i].pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
-            }
+            s_check_status(i, st);
         }
         if (!left)
             break;

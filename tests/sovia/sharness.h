@@ -137,6 +137,8 @@ pid_t s_pid(int id);
 void s_expect_kill(int id);
 /* SIGKILLs a role now and marks it as expected to die. */
 void s_kill(int id);
+/* Reaps one role (up to 20 s); a failure fails the test. */
+void s_reap(int id);
 /* Reaps every role spawned by this process; any failure fails the test. */
 void s_wait_all(void);
 /* 1 in a forked role. */
