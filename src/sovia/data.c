@@ -415,8 +415,10 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
 {
     if (flags & MSG_OOB)
         return -EOPNOTSUPP;
+    if (s->kind == SK_CONNECTING)
+        return -EAGAIN;
     if (s->kind != SK_CONNECTED)
-        return -ENOTCONN;
+        return -EPIPE; /* as tcp_sendmsg on a socket that never connected */
     /* Incoming packets are handled only when the window is closed (below,
      * in wait_credit): a broken connection shows anyway as a flushed send,
      * and polling here would pull in the line the peer's reply will use. */
@@ -457,8 +459,8 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
             }
         }
         if (rc) {
-            if (sent && (rc == -EAGAIN || rc == -EINTR))
-                return (ssize_t)sent;
+            if (sent && (rc == -EAGAIN || rc == -EINTR || rc == -ECONNRESET))
+                return (ssize_t)sent; /* the error shows on the next call, as TCP */
             return rc == -ECONNRESET ? send_error(s) : rc;
         }
         sent += (size_t)n;

@@ -91,12 +91,14 @@ SOV_EXPORT int sov_getsockopt(int fd, int level, int name, void *val, socklen_t 
     else
         err = -ENOPROTOOPT;
     if (!err) {
+        /* As the kernel: a shorter buffer gets the value truncated. */
         socklen_t need = is_linger ? sizeof(struct linger) : sizeof(int);
-        if (!val || !len || *len < need) {
+        if (!val || !len || (int)*len < 0) {
             err = -EINVAL;
         } else {
-            memcpy(val, is_linger ? (void *)&s->linger : (void *)&v, need);
-            *len = need;
+            socklen_t n = *len < need ? *len : need;
+            memcpy(val, is_linger ? (void *)&s->linger : (void *)&v, n);
+            *len = n;
         }
     }
     sov_release(s);

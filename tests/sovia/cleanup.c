@@ -230,6 +230,10 @@ int main(void)
             fresh++;
         }
     CHECK_MSG(fresh == 0, "%d new file(s) named *sovia* or *vipl* in /dev/shm or /tmp", fresh);
+    for (int i = 0; i < before.n; i++)
+        free(before.v[i]);
+    for (int i = 0; i < after.n; i++)
+        free(after.v[i]);
     s_log("no new *sovia* / *vipl* entries in /dev/shm or /tmp");
     s_pass();
 }

@@ -189,11 +189,9 @@ int main(void)
         int sc;
         s_spawn("server", e_server, NULL, &sc);
         uint64_t port = s_get_u64(sc);
-        static const char *names[NCLIENTS];
+        static char names[NCLIENTS][32]; /* role names must outlive the spawn */
         for (int i = 0; i < NCLIENTS; i++) {
-            char nm[32];
-            snprintf(nm, sizeof nm, "client %d", i);
-            names[i] = strdup(nm);
+            snprintf(names[i], sizeof names[i], "client %d", i);
             int cc;
             s_spawn(names[i], e_client, (void *)(intptr_t)i, &cc);
             s_put_u64(cc, port);

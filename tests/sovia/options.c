@@ -771,7 +771,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof env_cases / sizeof env_cases[0]; i++) {
         char nm[64];
         snprintf(nm, sizeof nm, "env_%s", env_cases[i].name);
-        if (s_case(strdup(nm)))
+        if (s_case(nm))
             s_run_solo("exec", env_exec, (void *)&env_cases[i]);
     }
     s_pass();

@@ -168,6 +168,8 @@ void s_init(const char *name, unsigned watchdog_seconds)
 
 int s_case(const char *name)
 {
+    /* Kept in a copy: callers pass names they format on their stack. */
+    static char name_copy[128];
     const char *only = getenv("SOVIA_TEST_CASES");
     s_casename = "";
     if (only && *only) {
@@ -183,8 +185,9 @@ int s_case(const char *name)
         if (!found)
             return 0;
     }
-    s_log("case %s", name);
-    s_casename = name;
+    snprintf(name_copy, sizeof name_copy, "%s", name);
+    s_casename = name_copy;
+    s_log("case %s", s_casename);
     return 1;
 }
 

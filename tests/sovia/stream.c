@@ -247,7 +247,7 @@ int main(void)
         char name[64];
         snprintf(name, sizeof name, "%s_%lluMiB", runs[i].label ? runs[i].label : "default",
                  (unsigned long long)(runs[i].bytes / MIB));
-        if (s_case(strdup(name)))
+        if (s_case(name))
             s_run_pair("reader", reader, "writer", writer, (void *)&runs[i]);
     }
     s_pass();

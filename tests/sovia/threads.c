@@ -517,10 +517,10 @@ int main(void)
         const char *v = cur->label ? cur->label : cur->wait_block ? "waitblock" : "default";
         char nm[64];
         snprintf(nm, sizeof nm, "duplex_%s", v);
-        if (s_case(strdup(nm)))
+        if (s_case(nm))
             s_run_pair("server", duplex_server, "client", duplex_client, NULL);
         snprintf(nm, sizeof nm, "wake_%s", v);
-        if (s_case(strdup(nm)))
+        if (s_case(nm))
             s_run_pair("server", wake_server, "client", wake_client, NULL);
     }
     cur = &variants[0];
