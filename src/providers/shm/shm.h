@@ -138,7 +138,7 @@ struct shm_vi {
     struct shm_rq_entry *rq;
     uint32_t rq_head, rq_published;
     _Atomic uint32_t rq_tail;
-    uint32_t flush_upto; /* receives below this index complete as flushed */
+    _Atomic uint32_t flush_upto; /* receives below this index complete as flushed */
     uint64_t staging_alloc, staging_free;
     uint32_t cq_reported; /* receive completions reported by the CQ (CQ lock) */
 

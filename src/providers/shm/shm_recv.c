@@ -170,7 +170,8 @@ static bool head_may_be_ready(struct shm_vi *vi)
     if (head == atomic_load_explicit(&vi->rq_tail, memory_order_acquire))
         return false;
     const struct shm_rq_entry *e = &vi->rq[head & vi->mask];
-    if (!e->published || (int32_t)(head - vi->flush_upto) < 0)
+    if (!e->published ||
+        (int32_t)(head - atomic_load_explicit(&vi->flush_upto, memory_order_relaxed)) < 0)
         return true;
     return atomic_load_explicit(&vi->rx->cmpl[e->sidx & vi->mask].seq, memory_order_acquire) ==
                e->sidx + 1 ||
@@ -193,7 +194,7 @@ VIP_RETURN shm_recv_done(struct vipl_vi *cvi, VIP_DESCRIPTOR **out)
     struct shm_rq_entry *e = &vi->rq[head & vi->mask];
     if (e->local_status) {
         status = e->local_status;
-    } else if ((int32_t)(head - vi->flush_upto) < 0) {
+    } else if ((int32_t)(head - atomic_load_explicit(&vi->flush_upto, memory_order_relaxed)) < 0) {
         status = VIP_STATUS_DESC_FLUSHED_ERROR;
     } else {
         const struct shm_cmpl *c = &vi->rx->cmpl[e->sidx & vi->mask];
@@ -226,7 +227,7 @@ void shm_rq_flush_all(struct shm_vi *vi)
 {
     shm_lock(&vi->rq_lock);
     uint32_t tail = atomic_load_explicit(&vi->rq_tail, memory_order_relaxed);
-    vi->flush_upto = tail;
+    atomic_store_explicit(&vi->flush_upto, tail, memory_order_relaxed);
     for (uint32_t i = vi->rq_head; i != tail; i++)
         vi->rq[i & vi->mask].staging_bytes = 0;
     vi->staging_alloc = vi->staging_free = 0;

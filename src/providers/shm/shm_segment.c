@@ -104,15 +104,21 @@ int shm_vi_segments_create(struct shm_vi *vi)
         close(vi->ctl_fd);
     if (vi->rx_fd >= 0)
         close(vi->rx_fd);
-    vi->ctl = ctl;
-    vi->rx = rx;
+    /* A reconnect maps at the same addresses: rewriting the pointers would
+     * race (harmlessly, but needlessly) with lock-free pollers. */
+    if (vi->ctl != ctl)
+        vi->ctl = ctl;
+    if (vi->rx != rx)
+        vi->rx = rx;
     vi->ctl_fd = ctl_fd;
     vi->rx_fd = rx_fd;
     vi->ctl_len = ctl_len;
     vi->rx_len = rx_len;
     vi->staging_off = (uint32_t)staging_off;
     vi->arena_off = (uint32_t)arena_off;
-    vi->arena = vi->arena_len ? (uint8_t *)rx + arena_off : NULL;
+    uint8_t *arena = vi->arena_len ? (uint8_t *)rx + arena_off : NULL;
+    if (vi->arena != arena)
+        vi->arena = arena;
     return 0;
 }
 

@@ -75,9 +75,13 @@ VIP_RETURN shm_vi_arena(struct vipl_vi *cvi, void **base, size_t *len)
 bool shm_queue_empty(struct vipl_vi *cvi, enum vipl_queue q)
 {
     struct shm_vi *vi = shm_vi(cvi);
-    if (q == VIPL_SENDQ)
-        return vi->sq_head == vi->sq_tail;
-    return vi->rq_head == atomic_load(&vi->rq_tail);
+    if (q == VIPL_SENDQ) {
+        shm_lock(&vi->sq_lock);
+        bool empty = vi->sq_head == vi->sq_tail;
+        shm_unlock(&vi->sq_lock);
+        return empty;
+    }
+    return __atomic_load_n(&vi->rq_head, __ATOMIC_RELAXED) == atomic_load(&vi->rq_tail);
 }
 
 void shm_vi_stats(struct vipl_vi *cvi, VIPX_VI_STATS *stats)
@@ -102,7 +106,8 @@ bool shm_vi_recv_ready(struct shm_vi *vi, uint32_t idx)
         ready = false;
     } else {
         const struct shm_rq_entry *e = &vi->rq[idx & vi->mask];
-        ready = e->local_status || (int32_t)(idx - vi->flush_upto) < 0 ||
+        ready = e->local_status ||
+                (int32_t)(idx - atomic_load_explicit(&vi->flush_upto, memory_order_relaxed)) < 0 ||
                 vipl_vi_state(&vi->core) == VIP_STATE_ERROR ||
                 atomic_load_explicit(&vi->rx->cmpl[e->sidx & vi->mask].seq,
                                      memory_order_acquire) == e->sidx + 1;
