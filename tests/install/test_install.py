@@ -49,10 +49,11 @@ with tempfile.TemporaryDirectory() as tmp:
     assert "VipOpenNic@@VIPL_0" in exported, exported
 
     env = dict(os.environ, PKG_CONFIG_PATH=os.path.dirname(os.path.join(prefix, pcs[0])))
-    if "libasan" in dyn:
-        # A sanitizer build: the plain test program needs the runtime first.
-        asan = run(["cc", "-print-file-name=libasan.so"]).strip()
-        env.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
+    for runtime in ("libasan", "libtsan"):
+        if runtime in dyn:
+            # A sanitizer build: the plain test program needs the runtime first.
+            path = run(["cc", f"-print-file-name={runtime}.so"]).strip()
+            env.update(LD_PRELOAD=path, ASAN_OPTIONS="detect_leaks=0")
     flags = run(["pkg-config", "--cflags", "--libs", "vipl"], env=env).split()
     src = os.path.join(tmp, "prog.c")
     exe = os.path.join(tmp, "prog")
