@@ -42,12 +42,14 @@ enum vi_wait { VI_POLL, VI_BLOCK, VI_NOTIFY };
 /* Made by the parent before fork: both sides agree on the discriminator. */
 struct vi_shared {
     enum vi_wait wait;
+    bool consume; /* vi-copy: the receiver copies each message out */
     char disc[48];
 };
 
 struct vi_ep {
     const char *name;
     enum vi_wait wait;
+    uint8_t *app_buf; /* vi-copy: where the "application" copies messages to */
     enum bench_role role;
     size_t max_msg;
 
@@ -61,7 +63,9 @@ struct vi_ep {
     VIP_MEM_HANDLE arena_mh;
     bool arena_reg;
     size_t slot;
-    size_t nbuf; /* distinct receive buffers; descriptors share them round-robin */
+    size_t nbuf;     /* distinct receive buffers, handed out round-robin as posted */
+    size_t next_buf; /* buffer for the next receive posted */
+    unsigned window; /* data messages on credit: min(VI_K, nbuf), see vi_setup.c */
     VIP_DESCRIPTOR *descs; /* VI_NRECV receive descriptors + 1 send descriptor */
     VIP_MEM_HANDLE desc_mh;
     bool desc_reg;

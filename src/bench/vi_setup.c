@@ -57,7 +57,11 @@ void vi_fill_recv(struct vi_ep *ep, VIP_DESCRIPTOR *d)
     memset(d, 0, sizeof *d);
     d->CS.Control = VIP_CONTROL_OP_SENDRECV;
     d->CS.SegCount = 1;
-    d->DS[0].Local.Data.Address = ep->arena + (i % ep->nbuf) * ep->slot;
+    /* Messages land in receives in posting order, so handing buffers out in
+     * that order gives any `window` consecutive messages distinct buffers:
+     * a buffer is never written while its message is still unread. */
+    (void)i;
+    d->DS[0].Local.Data.Address = ep->arena + (ep->next_buf++ % ep->nbuf) * ep->slot;
     d->DS[0].Local.Handle = ep->arena_mh;
     /* Exactly the largest message: a longer buffer could exceed the VI's
      * MaxTransferSize. Slots are only spaced to cache lines. */
@@ -178,12 +182,17 @@ int vi_open(struct vi_shared *sh, enum bench_role role, size_t max_msg, struct v
 
     if (!ep)
         return -1;
-    ep->name = sh->wait == VI_POLL ? "vi" : sh->wait == VI_BLOCK ? "vi-block" : "vi-notify";
+    ep->name = sh->consume           ? "vi-copy"
+               : sh->wait == VI_POLL ? "vi"
+               : sh->wait == VI_BLOCK ? "vi-block"
+                                      : "vi-notify";
     ep->wait = sh->wait;
+    if (sh->consume && !(ep->app_buf = malloc(max_msg ? max_msg : 1)))
+        goto fail;
     ep->role = role;
     ep->max_msg = max_msg;
     ep->slot = (max_msg + 63) & ~(size_t)63;
-    ep->credits = VI_K;
+    ep->credits = VI_K; /* lowered to the window once nbuf is known */
     atomic_init(&ep->async_error, -1);
     if (pthread_mutex_init(&ep->mu, NULL) == 0) {
         if (pthread_cond_init(&ep->cv, NULL) == 0)
@@ -235,6 +244,8 @@ int vi_open(struct vi_shared *sh, enum bench_role role, size_t max_msg, struct v
         ep->nbuf = 1;
     if (ep->nbuf > VI_NRECV)
         ep->nbuf = VI_NRECV;
+    ep->window = ep->nbuf < VI_K ? (unsigned)ep->nbuf : VI_K;
+    ep->credits = ep->window;
     cfg.ArenaBytes = ((ep->nbuf * ep->slot) + 4095) & ~(size_t)4095;
     rc = VipxCreateVi(ep->nic, &va, NULL, NULL, &cfg, &ep->vi);
     if (rc != VIP_SUCCESS) {
@@ -328,6 +339,7 @@ close_nic:
     if (ep->sbuf)
         munmap(ep->sbuf, ep->sbuf_len);
     free(ep->descs);
+    free(ep->app_buf);
     if (ep->sync_init) {
         pthread_cond_destroy(&ep->cv);
         pthread_mutex_destroy(&ep->mu);
