@@ -368,7 +368,10 @@ static void *connection_thread(void *arg)
     while (remote && !atomic_load(&l->stop)) {
         VIP_CONN_HANDLE ch;
         VIP_VI_ATTRIBUTES ra;
-        VIP_RETURN r = VipConnectWait(sov_g.nic, l->addr, VIP_INFINITE, remote, &ra, &ch);
+        /* Bounded: if sov_close unlistened before this thread first got
+         * here, VipConnectWait would quietly listen again; the slice lets
+         * the thread see `stop` (and the unlisten below undoes that). */
+        VIP_RETURN r = VipConnectWait(sov_g.nic, l->addr, 500, remote, &ra, &ch);
         if (r == VIP_INVALID_STATE || atomic_load(&l->stop)) {
             if (r == VIP_SUCCESS)
                 VipConnectReject(ch);
@@ -401,6 +404,7 @@ static void *connection_thread(void *arg)
         pthread_mutex_unlock(&l->s->wait_lock);
         sov_signal_event();
     }
+    VipxUnlisten(sov_g.nic, l->addr); /* an implicit re-listen, if any */
     free(remote);
     return NULL;
 }
