@@ -220,7 +220,7 @@ void sov_close_connected(struct sov_sock *s)
  * to 2 s for every connection to finish (seed 000, section 4.4). */
 void sov_atexit(void)
 {
-    for (int fd = 0; fd < 1 << 20; fd++) {
+    for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {
         struct sov_sock *s = sov_lookup(fd);
         if (s)
             sov_close(fd);

@@ -184,6 +184,7 @@ static inline void sov_release(struct sov_sock *s)
     sov_unlock(&s->lock);
 }
 struct sov_sock *sov_lookup(int fd); /* unlocked, may be stale */
+int sov_table_limit(void);
 int sov_table_insert(struct sov_sock *s);
 void sov_table_remove(struct sov_sock *s);
 struct sov_sock *sov_sock_new(int domain, bool nonblock, bool cloexec);

@@ -59,6 +59,15 @@ struct sov_sock *sov_acquire(int fd)
     return NULL;
 }
 
+/* One past the largest descriptor the table can hold now (for walking it). */
+int sov_table_limit(void)
+{
+    unsigned c = NCHUNKS;
+    while (c > 0 && !atomic_load(&chunks[c - 1]))
+        c--;
+    return (int)(c * CHUNK);
+}
+
 int sov_table_insert(struct sov_sock *s)
 {
     if (s->fd < 0 || (unsigned)s->fd >= CHUNK * NCHUNKS)
