@@ -63,6 +63,26 @@ with tempfile.TemporaryDirectory() as tmp:
     out = run([exe], env=dict(env, LD_LIBRARY_PATH=os.path.dirname(lib)))
     assert out.split() == ["shm0", str(4 << 20)], out
 
+    # The sockets layer: header, library exporting only sov_*, sovia.pc.
+    assert "include/sovia.h" in files, files
+    slibs = [f for f in files if os.path.basename(f) == "libsovia.so.0"]
+    assert len(slibs) == 1, files
+    slib = os.path.join(prefix, slibs[0])
+    sexported = [line.split()[-1] for line in
+                 run(["nm", "-D", "--defined-only", slib]).splitlines()]
+    sstray = [x for x in sexported if not x.startswith("sov_") and x != "SOVIA_0"]
+    assert not sstray, f"libsovia exports beyond the API: {sstray}"
+    app = os.path.join(tmp, "app.c")
+    with open(app, "w") as f:
+        f.write('#include <sovia.h>\n#include <stdio.h>\n'
+                'int main(void) { struct sov_config c; sov_config_defaults(&c);'
+                ' printf("%u\\n", c.window); return 0; }\n')
+    sflags = run(["pkg-config", "--cflags", "--libs", "sovia"], env=env).split()
+    run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", app, "-o", exe + "-sov"] + sflags,
+        env=env)
+    out = run([exe + "-sov"], env=dict(env, LD_LIBRARY_PATH=os.path.dirname(lib)))
+    assert out.split() == ["32"], out
+
     help_text = run([os.path.join(prefix, "bin/sovia"), "--help"],
                     env=dict(env, LD_LIBRARY_PATH=os.path.dirname(lib)))
     assert "bench" in help_text, help_text
