@@ -38,6 +38,15 @@ void sov_signal_event(void)
     }
 }
 
+void sov_wake_waiters(struct sov_sock *s)
+{
+    pthread_mutex_lock(&s->wait_lock);
+    atomic_fetch_add(&s->events, 1);
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->wait_lock);
+    sov_signal_event();
+}
+
 static void do_init(void)
 {
     sov_config_defaults(&sov_g.cfg);
@@ -352,11 +361,7 @@ SOV_EXPORT int sov_close(int fd)
     int port_fd = s->port_fd;
     s->port_fd = -1;
     sov_release(s);
-    /* Wake threads sleeping on this socket: they see it dead. */
-    pthread_mutex_lock(&s->wait_lock);
-    atomic_fetch_add(&s->events, 1);
-    pthread_cond_broadcast(&s->cond);
-    pthread_mutex_unlock(&s->wait_lock);
+    sov_wake_waiters(s); /* sleepers on this socket see it dead */
 
     if (kind == SK_LISTENING)
         sov_listen_stop(s);

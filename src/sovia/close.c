@@ -55,10 +55,7 @@ static bool service_closing(uint64_t now)
         sov_conn_destroy(s->conn);
         s->conn = NULL;
         atomic_fetch_sub(&sov_g.open_conns, 1);
-        pthread_mutex_lock(&s->wait_lock); /* a SO_LINGER closer may wait */
-        atomic_fetch_add(&s->events, 1);
-        pthread_cond_broadcast(&s->cond);
-        pthread_mutex_unlock(&s->wait_lock);
+        sov_wake_waiters(s); /* a SO_LINGER closer may wait */
         sov_sock_free(s);
     }
     return more;
@@ -126,14 +123,6 @@ static void ensure_service(void)
     pthread_sigmask(SIG_SETMASK, &all, &old);
     sov_g.service_running = pthread_create(&sov_g.service_thread, NULL, service_thread, NULL) == 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-}
-
-void sov_service_kick(void)
-{
-    pthread_mutex_lock(&sov_g.lock);
-    ensure_service();
-    pthread_cond_signal(&sov_g.service_cond);
-    pthread_mutex_unlock(&sov_g.lock);
 }
 
 void sov_timer_add(struct sov_sock *s)

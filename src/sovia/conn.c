@@ -278,11 +278,7 @@ static int run_connect(struct connect_job *j)
         sov_conn_destroy(c);
     if (gone && !err)
         err = -EBADF;
-    pthread_mutex_lock(&s->wait_lock);
-    atomic_fetch_add(&s->events, 1);
-    pthread_cond_broadcast(&s->cond);
-    pthread_mutex_unlock(&s->wait_lock);
-    sov_signal_event();
+    sov_wake_waiters(s);
     if (free_sock) /* closed while connecting: sov_close left it to us */
         sov_sock_free(s);
     return err;

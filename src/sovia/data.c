@@ -326,7 +326,6 @@ int sov_flush(struct sov_sock *s, bool may_block)
     c->stats.data_packets_sent++;
     c->stats.bytes_sent += c->clen;
     c->clen = 0;
-    c->combined_msgs = 0;
     return 0;
 }
 
@@ -444,7 +443,6 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
                     c->cdeadline_ns = sov_now_ns() + (uint64_t)c->cfg.combine_ms * 1000000;
                 memcpy(c->cbuf + c->clen, cur_ptr(&u), a);
                 c->clen += a;
-                c->combined_msgs++;
                 c->stats.combined_messages++;
                 cur_skip(&u, a);
                 n = (ssize_t)a;

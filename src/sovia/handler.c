@@ -31,17 +31,6 @@ static size_t slot(VIP_VI_HANDLE vi)
     return ((uintptr_t)vi >> 6) % MAP_SIZE;
 }
 
-/* Wakes application threads blocked in a call on this socket and, since
- * the handler took the CQ's wake-up, any sov_poll sleeping on it. */
-static void wake_app(struct sov_sock *s)
-{
-    pthread_mutex_lock(&s->wait_lock);
-    atomic_fetch_add(&s->events, 1);
-    pthread_cond_broadcast(&s->cond);
-    pthread_mutex_unlock(&s->wait_lock);
-    sov_signal_event();
-}
-
 /* Handles everything completed on the socket's VI; caller holds s->lock. */
 static void handle_all(struct sov_sock *s, VIP_DESCRIPTOR *first)
 {
@@ -74,7 +63,7 @@ static void *handler_thread(void *arg)
         if (s->conn && s->conn->vi == vi)
             handle_all(s, NULL);
         sov_unlock(&s->lock);
-        wake_app(s);
+        sov_wake_waiters(s);
     }
     return NULL;
 }
@@ -106,7 +95,7 @@ static void notify_cb(VIP_PVOID ctx, VIP_NIC_HANDLE nic, VIP_VI_HANDLE vi, VIP_D
             VipRecvNotify(vi, s, notify_cb); /* one-shot: ask for the next one */
     }
     sov_unlock(&s->lock);
-    wake_app(s);
+    sov_wake_waiters(s);
 }
 
 /* Called when a socket becomes connected (s->lock held). */

@@ -87,7 +87,6 @@ struct sov_conn {
     VIP_MEM_HANDLE cbuf_mh;
     size_t clen;            /* bytes waiting in cbuf */
     uint64_t cdeadline_ns;  /* when cbuf must go out */
-    unsigned combined_msgs; /* sends merged into cbuf */
 
     /* recvq: receive buffers holding unread DATA, in order (P + 1 slots). */
     unsigned *recvq;
@@ -191,6 +190,9 @@ struct sov_sock *sov_sock_new(int domain, bool nonblock, bool cloexec);
 void sov_sock_free(struct sov_sock *s);
 uint64_t sov_now_ns(void);
 void sov_signal_event(void);
+/* Wakes threads sleeping on this socket (accept, HANDLER/NOTIFY waits,
+ * SO_LINGER) and any sov_poll. */
+void sov_wake_waiters(struct sov_sock *s);
 
 /* config.c */
 int sov_config_check(const struct sov_config *c);
@@ -242,7 +244,6 @@ void sov_close_connected(struct sov_sock *s);
 void sov_timer_add(struct sov_sock *s);
 void sov_timer_remove(struct sov_sock *s);
 void sov_conn_established(struct sov_sock *s);
-void sov_service_kick(void);
 void sov_atexit(void);
 
 /* poll.c */

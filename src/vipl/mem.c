@@ -45,6 +45,16 @@ bool vipl_mr_covers(const struct vipl_mr *mr, const void *addr, uint64_t len)
     return a >= mr->base && len <= mr->len && a - mr->base <= mr->len - len;
 }
 
+/* The attribute rules shared by registration and VipSetMemAttributes. */
+static VIP_RETURN check_mem_attrs(struct vipl_nic *nic, const VIP_MEM_ATTRIBUTES *a,
+                                  struct vipl_ptag **tag)
+{
+    *tag = ptag_of(nic, a->Ptag);
+    if (!*tag)
+        return VIP_INVALID_PTAG;
+    return a->EnableRdmaRead ? VIP_INVALID_RDMAREAD : VIP_SUCCESS;
+}
+
 VIPL_EXPORT VIP_RETURN VipRegisterMem(VIP_NIC_HANDLE NicHandle, VIP_PVOID VirtualAddress,
                                       VIP_ULONG Length, VIP_MEM_ATTRIBUTES *MemAttribs,
                                       VIP_MEM_HANDLE *MemoryHandle)
@@ -53,11 +63,10 @@ VIPL_EXPORT VIP_RETURN VipRegisterMem(VIP_NIC_HANDLE NicHandle, VIP_PVOID Virtua
     if (!nic || !VirtualAddress || Length == 0 || !MemAttribs || !MemoryHandle ||
         (uintptr_t)VirtualAddress + Length < (uintptr_t)VirtualAddress)
         return VIP_INVALID_PARAMETER;
-    struct vipl_ptag *tag = ptag_of(nic, MemAttribs->Ptag);
-    if (!tag)
-        return VIP_INVALID_PTAG;
-    if (MemAttribs->EnableRdmaRead)
-        return VIP_INVALID_RDMAREAD;
+    struct vipl_ptag *tag;
+    VIP_RETURN r = check_mem_attrs(nic, MemAttribs, &tag);
+    if (r != VIP_SUCCESS)
+        return r;
 
     pthread_mutex_lock(&nic->lock);
     uint32_t idx;
@@ -130,11 +139,10 @@ VIPL_EXPORT VIP_RETURN VipSetMemAttributes(VIP_NIC_HANDLE NicHandle, VIP_PVOID V
     struct vipl_nic *nic = nic_of(NicHandle);
     if (!nic || !MemAttribs)
         return VIP_INVALID_PARAMETER;
-    struct vipl_ptag *tag = ptag_of(nic, MemAttribs->Ptag);
-    if (!tag)
-        return VIP_INVALID_PTAG;
-    if (MemAttribs->EnableRdmaRead)
-        return VIP_INVALID_RDMAREAD;
+    struct vipl_ptag *tag;
+    VIP_RETURN r = check_mem_attrs(nic, MemAttribs, &tag);
+    if (r != VIP_SUCCESS)
+        return r;
     pthread_mutex_lock(&nic->lock);
     struct vipl_mr *mr = vipl_mr_lookup(nic, MemoryHandle);
     if (!mr || mr->base != (uintptr_t)VirtualAddress) {
