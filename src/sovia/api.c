@@ -177,7 +177,7 @@ SOV_EXPORT int sov_listen(int fd, int backlog)
         s->bound = err == 0;
     }
     if (!err)
-        err = sov_listen_start(s, backlog <= 0 ? 1 : backlog);
+        err = sov_listen_start(s, backlog <= 0 ? 1 : backlog, false);
     sov_release(s);
     return err ? fail(err) : 0;
 }
@@ -401,4 +401,14 @@ SOV_EXPORT int sov_getpeername(int fd, struct sockaddr *addr, socklen_t *addrlen
         sov_copy_addr(&s->peer, s->peer_len, addr, addrlen);
     sov_release(s);
     return err ? fail(err) : 0;
+}
+
+/* In a forked child: the parent's threads are gone and a lock may have been
+ * held by one of them; start the threads again when needed. */
+void sov_after_fork_child(void)
+{
+    pthread_mutex_init(&sov_g.lock, NULL);
+    pthread_cond_init(&sov_g.service_cond, NULL);
+    sov_g.service_running = false;
+    sov_g.handler_running = false;
 }

@@ -174,7 +174,9 @@ void sov_close_connected(struct sov_sock *s)
     sov_lock(&s->lock);
     struct sov_conn *c = s->conn;
     sov_progress(s);
-    bool abort = c->rx_bytes || c->reset || (s->linger.l_onoff && s->linger.l_linger == 0);
+    /* An unpaired sovia run connection has nobody to say FIN to yet. */
+    bool abort = c->rx_bytes || c->reset || s->tp_waiting ||
+                 (s->linger.l_onoff && s->linger.l_linger == 0);
     s->app_closed = true;
     if (abort) {
         sov_unlock(&s->lock);

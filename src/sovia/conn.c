@@ -31,6 +31,10 @@ struct sov_listener {
     int domain;
     struct pending *q; /* accept queue (under s->wait_lock) */
     unsigned head, count, cap;
+    /* sovia run: connections wait in the queue, unpaired, until accept()
+     * matches one with the kernel connection of the same client port. */
+    bool transparent;
+    uint16_t establishing_port; /* being accepted by the thread (0: none) */
 };
 
 static VIP_RETURN reg(void *p, size_t len, VIP_MEM_HANDLE *mh)
@@ -199,7 +203,7 @@ int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type)
 /* Establishment completes with the peer's WAKEUP, always its first packet
  * (it carries the window, so both ends can send at once, as after TCP's
  * handshake). 0, -ETIMEDOUT or -ECONNRESET. */
-static int await_wakeup(struct sov_conn *c)
+static int await_wakeup_ms(struct sov_conn *c, VIP_ULONG timeout_ms)
 {
     VIP_DESCRIPTOR *d;
     VIP_RETURN r = VIP_NOT_DONE;
@@ -207,12 +211,17 @@ static int await_wakeup(struct sov_conn *c)
     while ((r = VipRecvDone(c->vi, &d)) == VIP_NOT_DONE && sov_now_ns() < end)
         __builtin_ia32_pause();
     if (r == VIP_NOT_DONE)
-        r = VipRecvWait(c->vi, 10000, &d);
+        r = VipRecvWait(c->vi, timeout_ms, &d);
     if (r == VIP_TIMEOUT)
         return -ETIMEDOUT;
     if (r != VIP_SUCCESS || sov_conn_wakeup(c, d) != 0)
         return -ECONNRESET;
     return 0;
+}
+
+static int await_wakeup(struct sov_conn *c)
+{
+    return await_wakeup_ms(c, 10000);
 }
 
 static int map_connect_error(VIP_RETURN r)
@@ -387,12 +396,22 @@ static void *connection_thread(void *arg)
         }
         if (ra.MaxTransferSize < p.conn->send_mtu)
             p.conn->send_mtu = ra.MaxTransferSize;
-        if (VipConnectAccept(ch, p.conn->vi) != VIP_SUCCESS ||
-            sov_conn_send_ctrl(p.conn, PKT_WAKEUP) != 0 || await_wakeup(p.conn) != 0) {
+        pthread_mutex_lock(&l->s->wait_lock);
+        l->establishing_port = sov_addr_port((struct sockaddr *)&p.peer);
+        pthread_mutex_unlock(&l->s->wait_lock);
+        bool ok = VipConnectAccept(ch, p.conn->vi) == VIP_SUCCESS;
+        if (ok && !l->transparent) /* sovia run: WAKEUP waits for accept() */
+            ok = sov_conn_send_ctrl(p.conn, PKT_WAKEUP) == 0 && await_wakeup(p.conn) == 0;
+        if (!ok) {
+            pthread_mutex_lock(&l->s->wait_lock);
+            l->establishing_port = 0;
+            pthread_cond_broadcast(&l->s->cond);
+            pthread_mutex_unlock(&l->s->wait_lock);
             sov_conn_destroy(p.conn);
             continue;
         }
         pthread_mutex_lock(&l->s->wait_lock);
+        l->establishing_port = 0;
         l->q[(l->head + l->count) % l->cap] = p;
         l->count++;
         atomic_fetch_add(&l->s->events, 1);
@@ -406,12 +425,13 @@ static void *connection_thread(void *arg)
 }
 
 /* Caller holds s->lock. */
-int sov_listen_start(struct sov_sock *s, int backlog)
+int sov_listen_start(struct sov_sock *s, int backlog, bool transparent)
 {
     struct sov_listener *l = calloc(1, sizeof(*l));
     if (!l)
         return -ENOMEM;
     l->s = s;
+    l->transparent = transparent;
     l->cfg = s->cfg;
     l->domain = s->domain;
     l->cap = backlog < 1 ? 1 : backlog > 4096 ? 4096 : (unsigned)backlog;
@@ -510,4 +530,92 @@ struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *pe
             }
         }
     }
+}
+
+/* ---- sovia run: pairing with kernel connections ----------------------------- */
+
+/* The client half: a VI connection from `local` (the kernel socket's own
+ * address, so the server can match it) that stays tentative until the
+ * server's accept() pairs it and sends its WAKEUP. 0 or -errno. */
+int sov_connect_tentative(struct sov_conn *c, const struct sockaddr *local,
+                          const struct sockaddr *peer)
+{
+    VIP_NET_ADDRESS *la = sov_vi_address(local), *ra_addr = sov_vi_address(peer);
+    int err = -ENOMEM;
+    if (la && ra_addr) {
+        VIP_VI_ATTRIBUTES ra;
+        /* No listener answers at once; a busy one gets a second. */
+        VIP_RETURN r = VipConnectRequest(c->vi, la, ra_addr, 1000, &ra);
+        err = r == VIP_SUCCESS ? 0 : map_connect_error(r);
+        if (!err && ra.MaxTransferSize < c->send_mtu)
+            c->send_mtu = ra.MaxTransferSize;
+    }
+    free(la);
+    free(ra_addr);
+    if (!err) {
+        c->tentative = true;
+        c->tentative_since_ns = sov_now_ns();
+    }
+    return err;
+}
+
+static bool queued_conn_broken(struct sov_conn *c)
+{
+    VIP_VI_STATE st;
+    VIP_VI_ATTRIBUTES at;
+    VIP_BOOLEAN sq, rq;
+    return VipQueryVi(c->vi, &st, &at, &sq, &rq) != VIP_SUCCESS || st != VIP_STATE_CONNECTED;
+}
+
+/* The server half, from accept(): takes the queued connection whose client
+ * port is the kernel peer's, pairs it (our WAKEUP, then the client's) and
+ * returns it; NULL when the client does not run sovia or gave up. */
+struct sov_conn *sov_accept_match(struct sov_sock *s, const struct sockaddr *peer)
+{
+    uint16_t port = sov_addr_port(peer);
+    struct sov_conn *c = NULL;
+    pthread_mutex_lock(&s->wait_lock);
+    struct sov_listener *l = s->lst;
+    /* The client connects its VI before its kernel socket, so its entry is
+     * queued or being queued by the connection thread right now. */
+    uint64_t end = sov_now_ns() + 100000000u;
+    while (l && !c) {
+        for (unsigned i = 0; i < l->count; i++) {
+            struct pending *p = &l->q[(l->head + i) % l->cap];
+            bool broken = queued_conn_broken(p->conn);
+            if (!broken && sov_addr_port((struct sockaddr *)&p->peer) != port)
+                continue;
+            struct sov_conn *taken = p->conn;
+            for (unsigned j = i; j + 1 < l->count; j++) /* keep the order */
+                l->q[(l->head + j) % l->cap] = l->q[(l->head + j + 1) % l->cap];
+            l->count--;
+            i--;
+            if (broken) {
+                sov_conn_destroy(taken);
+                continue;
+            }
+            c = taken;
+            break;
+        }
+        if (c || l->establishing_port != port || sov_now_ns() > end)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 1000000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cond, &s->wait_lock, &ts);
+    }
+    pthread_mutex_unlock(&s->wait_lock);
+    if (!c)
+        return NULL;
+    /* The client answers our WAKEUP with its own unless it gave up waiting
+     * (then its VI is gone and both ends use the kernel connection). */
+    if (sov_conn_send_ctrl(c, PKT_WAKEUP) != 0 || await_wakeup_ms(c, 2000) != 0) {
+        sov_conn_destroy(c);
+        return NULL;
+    }
+    return c;
 }

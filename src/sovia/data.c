@@ -84,8 +84,13 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
     uint32_t imm = d->CS.ImmediateData;
     uint32_t type = imm & PKT_TYPE_MASK, acks = (imm >> PKT_ACKS_SHIFT) & PKT_ACKS_MAX;
     if (type == PKT_WAKEUP) {
-        if (sov_conn_wakeup(c, d) != 0)
+        if (sov_conn_wakeup(c, d) != 0) {
             abort_conn(c);
+        } else if (c->tentative) { /* sovia run: the server paired us; confirm */
+            c->tentative = false;
+            if (sov_conn_send_ctrl(c, PKT_WAKEUP) != 0)
+                abort_conn(c);
+        }
         return;
     }
     /* The peer can only acknowledge what we sent: anything else is a

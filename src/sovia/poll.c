@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "sock.h"
+#include "transparent.h"
 
 short sov_sock_revents(struct sov_sock *s, short events)
 {
@@ -55,7 +56,7 @@ short sov_sock_revents(struct sov_sock *s, short events)
 /* One pass over every entry; returns the number ready. Kernel descriptors
  * are polled with a zero timeout only when `kernel` is set. */
 static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, nfds_t *nk,
-                nfds_t *kmap)
+                nfds_t *kmap, bool *tentative)
 {
     int ready = 0;
     *nk = 0;
@@ -66,7 +67,18 @@ static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, 
         struct sov_sock *s = sov_lookup(fds[i].fd);
         if (s) {
             sov_lock(&s->lock);
-            if (!s->dead && s->fd == fds[i].fd) {
+            if (!s->dead && sov_lookup(fds[i].fd) == s) {
+                switch (s->tp_waiting ? sov_tp_settle(s) : SOV_TP_PAIRED) {
+                case SOV_TP_PENDING:
+                    *tentative = true; /* not ready: the peer has not paired yet */
+                    sov_unlock(&s->lock);
+                    continue;
+                case SOV_TP_FALL_BACK:
+                    sov_tp_fall_back(s); /* a kernel socket from now on */
+                    goto kernel;
+                case SOV_TP_PAIRED:
+                    break;
+                }
                 fds[i].revents = sov_sock_revents(s, fds[i].events);
                 sov_unlock(&s->lock);
                 ready += fds[i].revents != 0;
@@ -74,6 +86,7 @@ static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, 
             }
             sov_unlock(&s->lock);
         }
+    kernel:
         kfds[*nk] = (struct pollfd){.fd = fds[i].fd, .events = fds[i].events};
         kmap[(*nk)++] = i;
     }
@@ -109,9 +122,10 @@ SOV_EXPORT int sov_poll(struct pollfd *fds, nfds_t nfds, int timeout)
     pthread_mutex_unlock(&sov_g.lock);
     nfds_t nk;
     int ready;
+    bool tentative = false; /* a sovia run client awaits pairing: sleep briefly */
     for (unsigned round = 0;; round++) {
         /* While spinning, ask the kernel only every 16th round (a syscall). */
-        ready = scan(fds, nfds, round % 16 == 0, kfds, &nk, kmap);
+        ready = scan(fds, nfds, round % 16 == 0, kfds, &nk, kmap, &tentative);
         if (ready || timeout == 0)
             break;
         uint64_t now = sov_now_ns();
@@ -125,14 +139,15 @@ SOV_EXPORT int sov_poll(struct pollfd *fds, nfds_t nfds, int timeout)
         /* Sleep: arm, look once more (a packet may have raced the arming),
          * then poll the kernel with the CQ's and sovia's event descriptors. */
         VipxCQArm(sov_g.cq, VIP_TRUE);
-        ready = scan(fds, nfds, true, kfds, &nk, kmap);
+        ready = scan(fds, nfds, true, kfds, &nk, kmap, &tentative);
         if (ready) {
             VipxCQArm(sov_g.cq, VIP_FALSE);
             break;
         }
         kfds[nk] = (struct pollfd){.fd = sov_g.cq_fd, .events = POLLIN};
         kfds[nk + 1] = (struct pollfd){.fd = sov_g.event_fd, .events = POLLIN};
-        int slice = left_ms < 0 || left_ms > 20 ? 20 : (int)left_ms;
+        int max_slice = tentative ? 2 : 20;
+        int slice = left_ms < 0 || left_ms > max_slice ? max_slice : (int)left_ms;
         int rc = poll(kfds, nk + 2, slice);
         VipxCQArm(sov_g.cq, VIP_FALSE);
         if (rc < 0 && errno == EINTR) {

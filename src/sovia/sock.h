@@ -108,6 +108,10 @@ struct sov_conn {
     bool peer_fin;    /* the peer's FIN arrived: end of stream after recvq */
     bool reset;       /* the connection broke: ECONNRESET */
     bool reset_told;  /* ECONNRESET was reported once */
+    /* sovia run: the client's connection waits for the server's accept()
+     * to pair it with the kernel connection (docs/ARCHITECTURE.md). */
+    bool tentative;
+    uint64_t tentative_since_ns;
     struct sov_stats stats;
 };
 
@@ -130,6 +134,9 @@ struct sov_sock {
     bool nonblock;
     bool rd_shut;    /* SHUT_RD: reads return 0, data is discarded */
     bool app_closed; /* sov_close was called: the close thread finishes it */
+    bool transparent; /* `fd` is the program's kernel TCP socket (sovia run) */
+    unsigned nfds;    /* descriptors naming this socket (dup) */
+    bool tp_waiting;  /* a tentative client connection, see transparent.c */
 
     struct sockaddr_storage local, peer;
     socklen_t local_len, peer_len;
@@ -176,6 +183,7 @@ extern struct sov_global sov_g;
 
 /* api.c / table.c */
 int sov_init(void); /* once per process; 0 or -errno */
+void sov_after_fork_child(void);
 /* The socket behind fd, locked; NULL with errno EBADF or ENOTSOCK. */
 struct sov_sock *sov_acquire(int fd);
 static inline void sov_release(struct sov_sock *s)
@@ -187,6 +195,10 @@ int sov_table_limit(void);
 int sov_table_insert(struct sov_sock *s);
 void sov_table_remove(struct sov_sock *s);
 struct sov_sock *sov_sock_new(int domain, bool nonblock, bool cloexec);
+/* A socket for an existing descriptor (not yet in the table). */
+struct sov_sock *sov_sock_adopt(int fd, int domain, bool nonblock);
+int sov_table_set(int fd, struct sov_sock *s);  /* another name for s (dup) */
+bool sov_table_clear(int fd, struct sov_sock *s); /* removes one name */
 void sov_sock_free(struct sov_sock *s);
 uint64_t sov_now_ns(void);
 void sov_signal_event(void);
@@ -217,7 +229,10 @@ int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type);
 int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,
                     VIP_MEM_HANDLE mh);
 int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);
-int sov_listen_start(struct sov_sock *s, int backlog);
+int sov_listen_start(struct sov_sock *s, int backlog, bool transparent);
+int sov_connect_tentative(struct sov_conn *c, const struct sockaddr *local,
+                          const struct sockaddr *peer);
+struct sov_conn *sov_accept_match(struct sov_sock *s, const struct sockaddr *peer);
 void sov_listen_stop(struct sov_sock *s);
 struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *peer,
                                  socklen_t *peer_len, bool nonblock, int *err);

@@ -51,7 +51,7 @@ struct sov_sock *sov_acquire(int fd)
     struct sov_sock *s = sov_lookup(fd);
     if (s) {
         sov_lock(&s->lock);
-        if (!s->dead && s->fd == fd)
+        if (!s->dead && sov_lookup(fd) == s)
             return s;
         sov_unlock(&s->lock);
     }
@@ -70,10 +70,15 @@ int sov_table_limit(void)
 
 int sov_table_insert(struct sov_sock *s)
 {
-    if (s->fd < 0 || (unsigned)s->fd >= CHUNK * NCHUNKS)
+    return sov_table_set(s->fd, s);
+}
+
+int sov_table_set(int fd, struct sov_sock *s)
+{
+    if (fd < 0 || (unsigned)fd >= CHUNK * NCHUNKS)
         return -EMFILE;
     pthread_mutex_lock(&table_lock);
-    unsigned c = (unsigned)s->fd >> CHUNK_BITS;
+    unsigned c = (unsigned)fd >> CHUNK_BITS;
     _Atomic(struct sov_sock *) *chunk = atomic_load(&chunks[c]);
     if (!chunk) {
         chunk = calloc(CHUNK, sizeof(*chunk));
@@ -83,19 +88,30 @@ int sov_table_insert(struct sov_sock *s)
         }
         atomic_store_explicit(&chunks[c], chunk, memory_order_release);
     }
-    atomic_store_explicit(&chunk[(unsigned)s->fd & (CHUNK - 1)], s, memory_order_release);
+    atomic_store_explicit(&chunk[(unsigned)fd & (CHUNK - 1)], s, memory_order_release);
     pthread_mutex_unlock(&table_lock);
     return 0;
+}
+
+bool sov_table_clear(int fd, struct sov_sock *s)
+{
+    bool found = false;
+    pthread_mutex_lock(&table_lock);
+    _Atomic(struct sov_sock *) *chunk =
+        fd >= 0 && (unsigned)fd < CHUNK * NCHUNKS ? atomic_load(&chunks[(unsigned)fd >> CHUNK_BITS])
+                                                  : NULL;
+    if (chunk && atomic_load(&chunk[(unsigned)fd & (CHUNK - 1)]) == s) {
+        atomic_store(&chunk[(unsigned)fd & (CHUNK - 1)], NULL);
+        found = true;
+    }
+    pthread_mutex_unlock(&table_lock);
+    return found;
 }
 
 /* Unpublishes `s` (caller holds its lock and marks it dead). */
 void sov_table_remove(struct sov_sock *s)
 {
-    pthread_mutex_lock(&table_lock);
-    _Atomic(struct sov_sock *) *chunk = atomic_load(&chunks[(unsigned)s->fd >> CHUNK_BITS]);
-    if (chunk && atomic_load(&chunk[(unsigned)s->fd & (CHUNK - 1)]) == s)
-        atomic_store(&chunk[(unsigned)s->fd & (CHUNK - 1)], NULL);
-    pthread_mutex_unlock(&table_lock);
+    sov_table_clear(s->fd, s);
 }
 
 /* A placeholder descriptor: unique in the process, harmless if misused. */
@@ -120,6 +136,14 @@ struct sov_sock *sov_sock_new(int domain, bool nonblock, bool cloexec)
     int fd = placeholder_fd(cloexec);
     if (fd < 0)
         return NULL;
+    struct sov_sock *s = sov_sock_adopt(fd, domain, nonblock);
+    if (!s)
+        close(fd);
+    return s;
+}
+
+struct sov_sock *sov_sock_adopt(int fd, int domain, bool nonblock)
+{
     pthread_mutex_lock(&table_lock);
     struct sov_sock *s = pool;
     if (s)
@@ -128,7 +152,6 @@ struct sov_sock *sov_sock_new(int domain, bool nonblock, bool cloexec)
     if (!s) {
         s = calloc(1, sizeof(*s));
         if (!s) {
-            close(fd);
             errno = ENOMEM;
             return NULL;
         }
@@ -141,7 +164,8 @@ struct sov_sock *sov_sock_new(int domain, bool nonblock, bool cloexec)
     s->kind = SK_NEW;
     s->domain = domain;
     s->nonblock = nonblock;
-    s->rd_shut = s->app_closed = s->bound = false;
+    s->rd_shut = s->app_closed = s->bound = s->transparent = s->tp_waiting = false;
+    s->nfds = 1;
     s->nodelay = s->reuseaddr = s->keepalive = false;
     s->linger = (struct linger){0, 0};
     s->sndbuf = 212992;

@@ -18,6 +18,7 @@ struct sovia_command {
 };
 
 int cmd_bench(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 /* Byte counts: decimal digits with an optional K or M suffix (1K = 1024). */
 bool cli_parse_size(const char *s, size_t *out);

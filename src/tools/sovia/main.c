@@ -10,6 +10,7 @@
 static const struct sovia_command commands[] = {
     {"bench", "measure latency and bandwidth: vipl against the floor, sockets and UCX",
      cmd_bench},
+    {"run", "run an unmodified program with its TCP connections carried by sovia", cmd_run},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

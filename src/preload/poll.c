@@ -1,0 +1,164 @@
+/*
+ * poll.c - poll, ppoll and select over a mix of carried and kernel
+ * descriptors: sets without a carried descriptor go to the kernel as they
+ * are; the others through sov_poll (docs/SOCKETS.md, wait modes).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sovia.h>
+
+#include "preload.h"
+
+static bool any_carried(const struct pollfd *fds, nfds_t n)
+{
+    for (nfds_t i = 0; i < n; i++)
+        if (fds[i].fd >= 0 && carried(fds[i].fd))
+            return true;
+    return false;
+}
+
+/* The signal mask is swapped around the whole wait, as ppoll does in the
+ * kernel; a signal arriving just before the swap waits for the next one. */
+int poll_any(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask)
+{
+    sigset_t old;
+    if (mask)
+        pthread_sigmask(SIG_SETMASK, mask, &old);
+    int rc = sov_poll(fds, n, timeout_ms);
+    if (mask) {
+        int err = errno;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        errno = err;
+    }
+    return rc;
+}
+
+PRELOAD_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
+{
+    preload_ready();
+    if (!fds || !any_carried(fds, n))
+        return real.poll(fds, n, timeout);
+    return poll_any(fds, n, timeout, NULL);
+}
+
+PRELOAD_EXPORT int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen)
+{
+    if (fdslen / sizeof(*fds) < n)
+        abort();
+    return poll(fds, n, timeout);
+}
+
+static int timespec_ms(const struct timespec *t)
+{
+    if (!t)
+        return -1;
+    long long ms = (long long)t->tv_sec * 1000 + (t->tv_nsec + 999999) / 1000000;
+    return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
+}
+
+PRELOAD_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *t,
+                         const sigset_t *mask)
+{
+    preload_ready();
+    if (!fds || !any_carried(fds, n))
+        return real.ppoll(fds, n, t, mask);
+    if (t && (t->tv_sec < 0 || t->tv_nsec < 0 || t->tv_nsec >= 1000000000L)) {
+        errno = EINVAL;
+        return -1;
+    }
+    return poll_any(fds, n, timespec_ms(t), mask);
+}
+
+/* select on a carried descriptor: the same sets, expressed as a poll. */
+static int select_any(int nfds, fd_set *r, fd_set *w, fd_set *e, int timeout_ms,
+                      const sigset_t *mask)
+{
+    struct pollfd *fds = calloc((size_t)nfds, sizeof(*fds));
+    if (!fds) {
+        errno = ENOMEM;
+        return -1;
+    }
+    nfds_t n = 0;
+    for (int fd = 0; fd < nfds; fd++) {
+        short ev = (short)((r && FD_ISSET(fd, r) ? POLLIN : 0) |
+                           (w && FD_ISSET(fd, w) ? POLLOUT : 0) |
+                           (e && FD_ISSET(fd, e) ? POLLPRI : 0));
+        if (ev)
+            fds[n++] = (struct pollfd){.fd = fd, .events = ev};
+    }
+    int rc = poll_any(fds, n, timeout_ms, mask);
+    if (rc < 0) {
+        free(fds);
+        return -1;
+    }
+    for (nfds_t i = 0; i < n; i++)
+        if (fds[i].revents & POLLNVAL) {
+            free(fds);
+            errno = EBADF;
+            return -1;
+        }
+    if (r)
+        FD_ZERO(r);
+    if (w)
+        FD_ZERO(w);
+    if (e)
+        FD_ZERO(e);
+    int count = 0;
+    for (nfds_t i = 0; i < n; i++) {
+        short re = fds[i].revents, ev = fds[i].events;
+        /* select reports errors and hang-ups as readable/writable */
+        if ((ev & POLLIN) && (re & (POLLIN | POLLHUP | POLLERR)))
+            FD_SET(fds[i].fd, r), count++;
+        if ((ev & POLLOUT) && (re & (POLLOUT | POLLERR)))
+            FD_SET(fds[i].fd, w), count++;
+        if ((ev & POLLPRI) && (re & POLLPRI))
+            FD_SET(fds[i].fd, e), count++;
+    }
+    free(fds);
+    return count;
+}
+
+static bool sets_carry(int nfds, fd_set *r, fd_set *w, fd_set *e)
+{
+    for (int fd = 0; fd < nfds && fd < FD_SETSIZE; fd++)
+        if (((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)) || (e && FD_ISSET(fd, e))) &&
+            carried(fd))
+            return true;
+    return false;
+}
+
+PRELOAD_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
+{
+    preload_ready();
+    if (nfds < 0 || nfds > FD_SETSIZE || !sets_carry(nfds, r, w, e))
+        return real.select(nfds, r, w, e, tv);
+    if (tv && (tv->tv_sec < 0 || tv->tv_usec < 0)) {
+        errno = EINVAL;
+        return -1;
+    }
+    int ms = -1;
+    if (tv) {
+        long long t = (long long)tv->tv_sec * 1000 + (tv->tv_usec + 999) / 1000;
+        ms = t > 0x7fffffff ? 0x7fffffff : (int)t;
+    }
+    int rc = select_any(nfds, r, w, e, ms, NULL);
+    if (rc == 0 && tv) /* Linux leaves the time not slept; a timeout leaves none */
+        *tv = (struct timeval){0, 0};
+    return rc;
+}
+
+PRELOAD_EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *t,
+                           const sigset_t *mask)
+{
+    preload_ready();
+    if (nfds < 0 || nfds > FD_SETSIZE || !sets_carry(nfds, r, w, e))
+        return real.pselect(nfds, r, w, e, t, mask);
+    if (t && (t->tv_sec < 0 || t->tv_nsec < 0 || t->tv_nsec >= 1000000000L)) {
+        errno = EINVAL;
+        return -1;
+    }
+    return select_any(nfds, r, w, e, timespec_ms(t), mask);
+}

@@ -1,0 +1,88 @@
+/*
+ * preload.h - the preload library of `sovia run`: libc's socket calls,
+ * interposed. Descriptors sovia carries are found through the sockets
+ * layer's table; every other descriptor goes straight to libc.
+ */
+#ifndef SOVIA_PRELOAD_H
+#define SOVIA_PRELOAD_H
+
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#define PRELOAD_EXPORT __attribute__((visibility("default")))
+
+/* The libc functions the wrappers stand in front of. */
+struct real_libc {
+    int (*socket)(int, int, int);
+    int (*connect)(int, const struct sockaddr *, socklen_t);
+    int (*listen)(int, int);
+    int (*accept)(int, struct sockaddr *, socklen_t *);
+    int (*accept4)(int, struct sockaddr *, socklen_t *, int);
+    int (*close)(int);
+    int (*shutdown)(int, int);
+    ssize_t (*read)(int, void *, size_t);
+    ssize_t (*write)(int, const void *, size_t);
+    ssize_t (*readv)(int, const struct iovec *, int);
+    ssize_t (*writev)(int, const struct iovec *, int);
+    ssize_t (*send)(int, const void *, size_t, int);
+    ssize_t (*sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+    ssize_t (*sendmsg)(int, const struct msghdr *, int);
+    ssize_t (*recv)(int, void *, size_t, int);
+    ssize_t (*recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+    ssize_t (*recvmsg)(int, struct msghdr *, int);
+    ssize_t (*sendfile)(int, int, off_t *, size_t);
+    int (*dup)(int);
+    int (*dup2)(int, int);
+    int (*dup3)(int, int, int);
+    int (*fcntl)(int, int, ...);
+    int (*ioctl)(int, unsigned long, ...);
+    int (*setsockopt)(int, int, int, const void *, socklen_t);
+    int (*poll)(struct pollfd *, nfds_t, int);
+    int (*ppoll)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *);
+    int (*select)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
+    int (*pselect)(int, fd_set *, fd_set *, fd_set *, const struct timespec *, const sigset_t *);
+    int (*epoll_create)(int);
+    int (*epoll_create1)(int);
+    int (*epoll_ctl)(int, int, int, struct epoll_event *);
+    int (*epoll_wait)(int, struct epoll_event *, int, int);
+    int (*epoll_pwait)(int, struct epoll_event *, int, int, const sigset_t *);
+    pid_t (*fork)(void);
+    FILE *(*fdopen)(int, const char *);
+};
+
+extern struct real_libc real;
+void preload_resolve(void);
+
+static inline void preload_ready(void)
+{
+    if (__builtin_expect(!real.read, 0))
+        preload_resolve();
+}
+
+/* Is fd carried by sovia right now (a hint; the sov_* call re-checks)? */
+bool carried(int fd);
+
+/* Before using a carried descriptor: 1 carried (and paired), 0 use the
+ * kernel, -1 with errno (EAGAIN while a non-blocking client awaits pairing,
+ * EINTR). */
+int tp_prepare(int fd, int msg_flags);
+
+/* socket.c */
+void listeners_after_fork_child(void);
+void listener_drop(int fd);
+
+/* epoll.c: a closed descriptor leaves the epoll sets that hold it. */
+void epoll_forget_fd(int fd);
+void epoll_close_fd(int fd); /* fd itself (maybe an epoll set) is closed */
+
+/* poll.c */
+int poll_any(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask);
+
+#endif /* SOVIA_PRELOAD_H */

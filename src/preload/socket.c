@@ -1,0 +1,341 @@
+/*
+ * socket.c - establishment under `sovia run`: listen() adds a shadow sovia
+ * listener, connect() tries sovia before the kernel connect and accept()
+ * pairs; close, shutdown and socket options. The kernel socket always
+ * stays the program's descriptor (docs/ARCHITECTURE.md, Transparent mode).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sovia.h>
+
+#include "preload.h"
+#include "sock.h"
+#include "transparent.h"
+
+/* ---- Shadow listeners (few: a list) ---------------------------------------- */
+
+struct shadow {
+    int fd;
+    bool inherited; /* from before a fork: the queue is the parent's */
+    struct sov_sock *l;
+    struct shadow *next;
+};
+
+static pthread_mutex_t shadows_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shadow *shadows;
+static atomic_int nshadows;
+
+static struct shadow *shadow_find(int fd)
+{
+    for (struct shadow *h = shadows; h; h = h->next)
+        if (h->fd == fd)
+            return h;
+    return NULL;
+}
+
+void listener_drop(int fd)
+{
+    if (!atomic_load_explicit(&nshadows, memory_order_relaxed))
+        return;
+    pthread_mutex_lock(&shadows_lock);
+    struct shadow **pp = &shadows, *h = NULL;
+    while (*pp && (*pp)->fd != fd)
+        pp = &(*pp)->next;
+    if ((h = *pp) != NULL) {
+        *pp = h->next;
+        atomic_fetch_sub(&nshadows, 1);
+    }
+    pthread_mutex_unlock(&shadows_lock);
+    if (h && !h->inherited) /* an inherited one's thread lives in the parent */
+        sov_tp_unlisten(h->l);
+    free(h);
+}
+
+void listeners_after_fork_child(void)
+{
+    pthread_mutex_init(&shadows_lock, NULL);
+    for (struct shadow *h = shadows; h; h = h->next)
+        h->inherited = true;
+}
+
+/* ---- Helpers ------------------------------------------------------------- */
+
+bool carried(int fd)
+{
+    return sov_lookup(fd) != NULL;
+}
+
+static bool tcp_stream(int fd, int *domain)
+{
+    int type = 0, proto = 0;
+    socklen_t len = sizeof(int);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM)
+        return false;
+    len = sizeof(int);
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, domain, &len) != 0 ||
+        (*domain != AF_INET && *domain != AF_INET6))
+        return false;
+    len = sizeof(int);
+    return getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 && proto == IPPROTO_TCP;
+}
+
+/* Is `a` this host: loopback, or an address of one of its interfaces? */
+static bool address_is_local(const struct sockaddr *a)
+{
+    if (a->sa_family == AF_INET) {
+        in_addr_t in = ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr);
+        if (in >> 24 == 127)
+            return true;
+    } else if (a->sa_family == AF_INET6) {
+        const struct in6_addr *in6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(in6))
+            return true;
+        if (IN6_IS_ADDR_V4MAPPED(in6) && in6->s6_addr[12] == 127)
+            return true;
+    } else {
+        return false;
+    }
+    struct ifaddrs *ifs, *i;
+    if (getifaddrs(&ifs) != 0)
+        return false;
+    bool local = false;
+    for (i = ifs; i && !local; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != a->sa_family)
+            continue;
+        if (a->sa_family == AF_INET)
+            local = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
+                    ((const struct sockaddr_in *)a)->sin_addr.s_addr;
+        else
+            local = memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+                           &((const struct sockaddr_in6 *)a)->sin6_addr, 16) == 0;
+    }
+    freeifaddrs(ifs);
+    return local;
+}
+
+static bool is_nonblocking(int fd)
+{
+    int fl = real.fcntl(fd, F_GETFL);
+    return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+int tp_prepare(int fd, int msg_flags)
+{
+    uint64_t start = 0;
+    for (;;) {
+        struct sov_sock *s = sov_lookup(fd);
+        if (!s)
+            return 0;
+        sov_lock(&s->lock);
+        if (s->dead || sov_lookup(fd) != s) {
+            sov_unlock(&s->lock);
+            return 0;
+        }
+        enum sov_tp_state st = s->tp_waiting ? sov_tp_settle(s) : SOV_TP_PAIRED;
+        if (st == SOV_TP_FALL_BACK) {
+            sov_tp_fall_back(s);
+            return 0;
+        }
+        bool nonblock = s->nonblock || (msg_flags & MSG_DONTWAIT);
+        sov_unlock(&s->lock);
+        if (st == SOV_TP_PAIRED)
+            return 1;
+        if (nonblock) {
+            errno = EAGAIN;
+            return -1;
+        }
+        /* Pairing is microseconds away when the server accepts promptly. */
+        uint64_t now = sov_now_ns();
+        if (!start)
+            start = now;
+        if (now - start < 100000) {
+            __builtin_ia32_pause();
+            continue;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (real.poll(&p, 1, 1) < 0 && errno == EINTR)
+            return -1;
+    }
+}
+
+/* ---- The calls --------------------------------------------------------------- */
+
+PRELOAD_EXPORT int socket(int domain, int type, int protocol)
+{
+    preload_ready();
+    int fd = real.socket(domain, type, protocol);
+    if (fd >= 0 && carried(fd)) /* a stale entry: that descriptor was closed behind us */
+        sov_tp_drop_stale(fd);
+    return fd;
+}
+
+PRELOAD_EXPORT int listen(int fd, int backlog)
+{
+    preload_ready();
+    int rc = real.listen(fd, backlog);
+    int domain;
+    if (rc != 0 || !tcp_stream(fd, &domain))
+        return rc;
+    pthread_mutex_lock(&shadows_lock);
+    bool have = shadow_find(fd) != NULL;
+    pthread_mutex_unlock(&shadows_lock);
+    struct sockaddr_storage local;
+    socklen_t len = sizeof(local);
+    if (have || getsockname(fd, (struct sockaddr *)&local, &len) != 0)
+        return rc;
+    struct shadow *h = calloc(1, sizeof(*h));
+    if (!h)
+        return rc;
+    h->fd = fd;
+    h->l = sov_tp_listen(fd, domain, (struct sockaddr *)&local, backlog);
+    if (!h->l) { /* the port has a sovia listener elsewhere: kernel only */
+        free(h);
+        return rc;
+    }
+    pthread_mutex_lock(&shadows_lock);
+    h->next = shadows;
+    shadows = h;
+    atomic_fetch_add(&nshadows, 1);
+    pthread_mutex_unlock(&shadows_lock);
+    return rc;
+}
+
+PRELOAD_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
+{
+    preload_ready();
+    int nfd = real.accept4(fd, addr, addrlen, flags);
+    if (nfd < 0 || !atomic_load_explicit(&nshadows, memory_order_relaxed))
+        return nfd;
+    if (carried(nfd)) /* stale entry for a reused number */
+        sov_tp_drop_stale(nfd);
+    pthread_mutex_lock(&shadows_lock);
+    struct shadow *h = shadow_find(fd);
+    struct sov_sock *l = h && !h->inherited ? h->l : NULL;
+    pthread_mutex_unlock(&shadows_lock);
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof(peer);
+    if (!l || getpeername(nfd, (struct sockaddr *)&peer, &plen) != 0 ||
+        !address_is_local((struct sockaddr *)&peer))
+        return nfd;
+    int saved = errno;
+    sov_tp_accept(l, nfd, (struct sockaddr *)&peer, flags & SOCK_NONBLOCK);
+    errno = saved;
+    return nfd;
+}
+
+PRELOAD_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *addrlen)
+{
+    return accept4(fd, addr, addrlen, 0);
+}
+
+/* Gives an unbound socket its ephemeral port now, so the VI connection can
+ * name the kernel connection's client port before it exists. */
+static int local_address(int fd, int domain, struct sockaddr_storage *local)
+{
+    socklen_t len = sizeof(*local);
+    if (getsockname(fd, (struct sockaddr *)local, &len) != 0)
+        return -1;
+    uint16_t port = domain == AF_INET ? ((struct sockaddr_in *)local)->sin_port
+                                      : ((struct sockaddr_in6 *)local)->sin6_port;
+    if (port)
+        return 0;
+    struct sockaddr_storage any = {.ss_family = (sa_family_t)domain};
+    socklen_t alen = domain == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    if (bind(fd, (struct sockaddr *)&any, alen) != 0)
+        return -1;
+    len = sizeof(*local);
+    return getsockname(fd, (struct sockaddr *)local, &len);
+}
+
+PRELOAD_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
+{
+    preload_ready();
+    int domain;
+    struct sockaddr_storage local;
+    struct sov_sock *s = NULL;
+    if (addr && addrlen >= sizeof(struct sockaddr_in) && !carried(fd) &&
+        (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) && tcp_stream(fd, &domain) &&
+        addr->sa_family == domain && ((const struct sockaddr_in *)addr)->sin_port != 0 &&
+        address_is_local(addr)) {
+        int saved = errno;
+        if (local_address(fd, domain, &local) != 0 ||
+            sov_tp_connect(fd, domain, (struct sockaddr *)&local, addr, is_nonblocking(fd), &s) != 0)
+            s = NULL; /* no sovia listener there: plain TCP */
+        errno = saved;
+    }
+    int rc = real.connect(fd, addr, addrlen);
+    if (!s)
+        return rc;
+    int err = errno;
+    if (rc != 0 && err == EINPROGRESS) {
+        /* Loopback handshakes finish within microseconds. */
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int soerr = 1;
+        socklen_t len = sizeof(soerr);
+        if (real.poll(&p, 1, 5) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 ||
+            soerr != 0) {
+            sov_tp_discard(s);
+            errno = err;
+            return rc;
+        }
+    } else if (rc != 0) {
+        sov_tp_discard(s);
+        errno = err;
+        return rc;
+    }
+    if (sov_tp_publish_client(s) != 0)
+        sov_tp_discard(s);
+    errno = err;
+    return rc;
+}
+
+PRELOAD_EXPORT int close(int fd)
+{
+    preload_ready();
+    if (carried(fd)) {
+        epoll_forget_fd(fd);
+        if (sov_tp_forget(fd))
+            return real.close(fd);
+        if (sov_close(fd) == 0) /* closes fd too */
+            return 0;
+    }
+    if (atomic_load_explicit(&nshadows, memory_order_relaxed))
+        listener_drop(fd);
+    epoll_close_fd(fd);
+    return real.close(fd);
+}
+
+PRELOAD_EXPORT int shutdown(int fd, int how)
+{
+    preload_ready();
+    if (carried(fd) && tp_prepare(fd, MSG_DONTWAIT) != 0 && sov_shutdown(fd, how) != 0 &&
+        errno != EBADF)
+        return -1;
+    return real.shutdown(fd, how);
+}
+
+PRELOAD_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+    preload_ready();
+    int rc = real.setsockopt(fd, level, name, val, len);
+    /* The options that change sovia's own behaviour follow the kernel's. */
+    bool mirrored = (level == IPPROTO_TCP && name == TCP_NODELAY) ||
+                    (level == SOL_SOCKET && name == SO_LINGER);
+    if (rc == 0 && mirrored && carried(fd)) {
+        int saved = errno;
+        sov_setsockopt(fd, level, name, val, len);
+        errno = saved;
+    }
+    return rc;
+}

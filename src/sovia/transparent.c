@@ -1,0 +1,244 @@
+/*
+ * transparent.c - sovia connections behind programs' own kernel TCP sockets,
+ * for the preload library of `sovia run` (docs/ARCHITECTURE.md,
+ * "Transparent mode").
+ *
+ * The program keeps its kernel socket; sovia only carries the bytes. A
+ * listening socket gets a shadow sovia listener that is not in the table
+ * (the kernel still reports its readiness). A client connects its VI first,
+ * from its kernel socket's address, then its kernel socket; the server's
+ * accept() pairs the two by the client's port and sends its WAKEUP. Until
+ * that WAKEUP the client's connection is tentative: if the kernel socket
+ * speaks first, or nothing comes within the pairing timeout, the client
+ * drops its VI and both ends stay on kernel TCP.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "sock.h"
+#include "transparent.h"
+
+static uint64_t pair_timeout_ns(void)
+{
+    static uint64_t ns;
+    if (!ns) {
+        const char *v = getenv("SOVIA_PAIR_TIMEOUT_MS");
+        long ms = v ? strtol(v, NULL, 10) : 1000;
+        ns = (uint64_t)(ms > 0 ? ms : 1000) * 1000000u;
+    }
+    return ns;
+}
+
+int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struct sockaddr *peer,
+                   bool nonblock, struct sov_sock **out)
+{
+    int err = sov_init();
+    if (err)
+        return err;
+    struct sov_sock *s = sov_sock_adopt(fd, domain, nonblock);
+    if (!s)
+        return -ENOMEM;
+    s->gen++;
+    struct sov_conn *c = sov_conn_create(&s->cfg, &err);
+    if (c && (err = sov_connect_tentative(c, local, peer)) != 0) {
+        sov_conn_destroy(c);
+        c = NULL;
+    }
+    if (!c) {
+        sov_sock_free(s);
+        return err;
+    }
+    s->conn = c;
+    s->transparent = true;
+    s->tp_waiting = true;
+    s->kind = SK_CONNECTED;
+    *out = s;
+    return 0;
+}
+
+void sov_tp_discard(struct sov_sock *s)
+{
+    sov_conn_destroy(s->conn);
+    s->conn = NULL;
+    sov_sock_free(s);
+}
+
+/* Publishes an established (or tentative) connection under its descriptor. */
+static int publish(struct sov_sock *s)
+{
+    if (s->cfg.handling != SOV_SINGLE) {
+        int err = sov_handling_start();
+        if (err)
+            return err;
+    }
+    atomic_store(&sov_g.sockets_created, true);
+    sov_lock(&s->lock);
+    if (!s->tp_waiting)
+        sov_conn_established(s);
+    sov_unlock(&s->lock);
+    return sov_table_insert(s);
+}
+
+int sov_tp_publish_client(struct sov_sock *s)
+{
+    return publish(s);
+}
+
+struct sov_sock *sov_tp_listen(int fd, int domain, const struct sockaddr *local, int backlog)
+{
+    if (sov_init() != 0)
+        return NULL;
+    struct sov_sock *s = sov_sock_adopt(fd, domain, false);
+    if (!s)
+        return NULL;
+    s->gen++;
+    s->transparent = true;
+    sov_copy_addr((const struct sockaddr_storage *)local,
+                  domain == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6),
+                  (struct sockaddr *)&s->local, &s->local_len);
+    if (sov_listen_start(s, backlog < 16 ? 16 : backlog, true) != 0) {
+        sov_sock_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void sov_tp_unlisten(struct sov_sock *l)
+{
+    sov_lock(&l->lock);
+    l->dead = true;
+    sov_unlock(&l->lock);
+    sov_wake_waiters(l);
+    sov_listen_stop(l);
+    sov_sock_free(l);
+}
+
+int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool nonblock)
+{
+    struct sov_conn *c = sov_accept_match(l, peer);
+    if (!c)
+        return -ENOENT;
+    struct sov_sock *s = sov_sock_adopt(fd, l->domain, nonblock);
+    if (!s) {
+        sov_conn_destroy(c);
+        return -ENOMEM;
+    }
+    s->gen++;
+    s->transparent = true;
+    s->cfg = c->cfg;
+    s->conn = c;
+    s->kind = SK_CONNECTED;
+    int err = publish(s);
+    if (err) {
+        sov_tp_discard(s);
+        return err;
+    }
+    return 0;
+}
+
+/* Caller holds s->lock. */
+enum sov_tp_state sov_tp_settle(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    if (!c || !s->tp_waiting)
+        return SOV_TP_PAIRED;
+    sov_progress(s);
+    if (!c->tentative) {
+        s->tp_waiting = false;
+        sov_conn_established(s);
+        return SOV_TP_PAIRED;
+    }
+    if (c->reset)
+        return SOV_TP_FALL_BACK;
+    /* The server speaking (or closing) on the kernel socket means it did
+     * not pair: it runs without sovia, or accepted in another process. */
+    struct pollfd p = {.fd = s->fd, .events = POLLIN};
+    if (poll(&p, 1, 0) > 0 || sov_now_ns() - c->tentative_since_ns > pair_timeout_ns())
+        return SOV_TP_FALL_BACK;
+    return SOV_TP_PENDING;
+}
+
+/* Caller holds s->lock; returns with it released. The descriptor stays
+ * open as the plain kernel socket it always was. */
+void sov_tp_fall_back(struct sov_sock *s)
+{
+    s->dead = true;
+    for (int fd = 0, n = sov_table_limit(); fd < n && s->nfds; fd++)
+        if (sov_table_clear(fd, s))
+            s->nfds--;
+    sov_unlock(&s->lock);
+    sov_wake_waiters(s);
+    sov_conn_destroy(s->conn); /* the server sees the VI go: it stays on TCP */
+    s->conn = NULL;
+    sov_sock_free(s);
+}
+
+int sov_tp_dup(int oldfd, int newfd)
+{
+    struct sov_sock *s = sov_acquire(oldfd);
+    if (!s)
+        return -EBADF;
+    int err = sov_table_set(newfd, s);
+    if (!err)
+        s->nfds++;
+    sov_release(s);
+    return err;
+}
+
+bool sov_tp_forget(int fd)
+{
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return false;
+    if (s->nfds > 1) {
+        sov_table_clear(fd, s);
+        s->nfds--;
+        if (s->fd == fd) /* keep a name the socket still has */
+            for (int f = 0, n = sov_table_limit(); f < n; f++)
+                if (sov_lookup(f) == s) {
+                    s->fd = f;
+                    break;
+                }
+        sov_release(s);
+        return true;
+    }
+    sov_release(s);
+    return false;
+}
+
+void sov_tp_set_nonblock(int fd, bool on)
+{
+    struct sov_sock *s = sov_acquire(fd);
+    if (s) {
+        s->nonblock = on;
+        sov_release(s);
+    }
+}
+
+int sov_tp_unread(int fd, int *bytes)
+{
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return -EBADF;
+    sov_progress(s);
+    size_t n = s->conn ? s->conn->rx_bytes : 0;
+    *bytes = n > INT32_MAX ? INT32_MAX : (int)n;
+    sov_release(s);
+    return 0;
+}
+
+void sov_tp_drop_stale(int fd)
+{
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return;
+    if (s->nfds > 1) {
+        sov_table_clear(fd, s);
+        s->nfds--;
+        sov_release(s);
+        return;
+    }
+    sov_tp_fall_back(s);
+}

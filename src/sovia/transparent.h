@@ -1,0 +1,48 @@
+/*
+ * transparent.h - what the preload library of `sovia run` uses from the
+ * sockets layer: sovia connections behind the program's kernel sockets.
+ * Functions return 0 or a negative errno unless said otherwise.
+ */
+#ifndef SOVIA_TRANSPARENT_H
+#define SOVIA_TRANSPARENT_H
+
+#include <stdbool.h>
+#include <sys/socket.h>
+
+struct sov_sock;
+
+enum sov_tp_state { SOV_TP_PAIRED, SOV_TP_PENDING, SOV_TP_FALL_BACK };
+
+/* Client: a tentative sovia connection from `local` (the kernel socket's
+ * bound address) to `peer`, before the kernel connect. -ECONNREFUSED when
+ * no sovia listener has that port. */
+int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struct sockaddr *peer,
+                   bool nonblock, struct sov_sock **out);
+/* After the kernel connect succeeded: descriptor `fd` is now carried. */
+int sov_tp_publish_client(struct sov_sock *s);
+/* After it failed: drop the VI. */
+void sov_tp_discard(struct sov_sock *s);
+
+/* Server: a shadow listener for a listening kernel socket (NULL if sovia
+ * cannot listen on that port); accept() pairs through it. */
+struct sov_sock *sov_tp_listen(int fd, int domain, const struct sockaddr *local, int backlog);
+void sov_tp_unlisten(struct sov_sock *l);
+/* Pairs the accepted kernel socket `fd` with its client's VI; -ENOENT when
+ * the client does not run sovia. */
+int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool nonblock);
+
+/* A tentative client connection (caller holds the socket's lock). After
+ * SOV_TP_FALL_BACK call sov_tp_fall_back, which unlocks and unpublishes:
+ * the descriptor is plain kernel TCP from then on. */
+enum sov_tp_state sov_tp_settle(struct sov_sock *s);
+void sov_tp_fall_back(struct sov_sock *s);
+
+/* Descriptor bookkeeping. */
+int sov_tp_dup(int oldfd, int newfd);
+bool sov_tp_forget(int fd); /* true: fd was one of several names, now dropped */
+void sov_tp_set_nonblock(int fd, bool on);
+/* fd was closed behind our back and its number reused: forget the old socket. */
+void sov_tp_drop_stale(int fd);
+int sov_tp_unread(int fd, int *bytes);
+
+#endif /* SOVIA_TRANSPARENT_H */
