@@ -229,7 +229,8 @@ PRELOAD_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, in
         !address_is_local((struct sockaddr *)&peer))
         return nfd;
     int saved = errno;
-    sov_tp_accept(l, nfd, (struct sockaddr *)&peer, flags & SOCK_NONBLOCK);
+    if (sov_tp_accept(l, nfd, (struct sockaddr *)&peer, flags & SOCK_NONBLOCK) != 0)
+        atomic_fetch_add(&sov_g.tp_kernel, 1);
     errno = saved;
     return nfd;
 }
@@ -261,13 +262,13 @@ static int local_address(int fd, int domain, struct sockaddr_storage *local)
 PRELOAD_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 {
     preload_ready();
-    int domain;
+    int domain = 0;
     struct sockaddr_storage local;
     struct sov_sock *s = NULL;
-    if (addr && addrlen >= sizeof(struct sockaddr_in) && !carried(fd) &&
-        (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) && tcp_stream(fd, &domain) &&
-        addr->sa_family == domain && ((const struct sockaddr_in *)addr)->sin_port != 0 &&
-        address_is_local(addr)) {
+    bool tcp = addr && addrlen >= sizeof(struct sockaddr_in) && !carried(fd) &&
+               (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) &&
+               tcp_stream(fd, &domain) && addr->sa_family == domain;
+    if (tcp && ((const struct sockaddr_in *)addr)->sin_port != 0 && address_is_local(addr)) {
         int saved = errno;
         if (local_address(fd, domain, &local) != 0 ||
             sov_tp_connect(fd, domain, (struct sockaddr *)&local, addr, is_nonblocking(fd), &s) != 0)
@@ -275,8 +276,11 @@ PRELOAD_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t addrle
         errno = saved;
     }
     int rc = real.connect(fd, addr, addrlen);
-    if (!s)
+    if (!s) {
+        if (tcp && (rc == 0 || errno == EINPROGRESS))
+            atomic_fetch_add(&sov_g.tp_kernel, 1);
         return rc;
+    }
     int err = errno;
     if (rc != 0 && err == EINPROGRESS) {
         /* Loopback handshakes finish within microseconds. */

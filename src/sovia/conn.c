@@ -122,6 +122,8 @@ void sov_conn_destroy(struct sov_conn *c)
 {
     if (!c)
         return;
+    atomic_fetch_add(&sov_g.bytes_sent, c->stats.bytes_sent);
+    atomic_fetch_add(&sov_g.bytes_received, c->stats.bytes_received);
     if (c->vi) {
         VIP_VI_STATE st;
         VipQueryVi(c->vi, &st, NULL, NULL, NULL);

@@ -177,6 +177,9 @@ struct sov_global {
     atomic_bool sockets_created;
     pthread_t handler_thread;
     bool handler_running;
+    /* Totals for `sovia run`'s exit record (SOVIA_STAT_LOG). */
+    atomic_ullong bytes_sent, bytes_received; /* of destroyed connections */
+    atomic_uint tp_paired, tp_fell_back, tp_kernel;
 };
 
 extern struct sov_global sov_g;

@@ -130,6 +130,7 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
     s->cfg = c->cfg;
     s->conn = c;
     s->kind = SK_CONNECTED;
+    atomic_fetch_add(&sov_g.tp_paired, 1);
     int err = publish(s);
     if (err) {
         sov_tp_discard(s);
@@ -147,6 +148,7 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
     sov_progress(s);
     if (!c->tentative) {
         s->tp_waiting = false;
+        atomic_fetch_add(&sov_g.tp_paired, 1);
         sov_conn_established(s);
         return SOV_TP_PAIRED;
     }
@@ -164,6 +166,7 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
  * open as the plain kernel socket it always was. */
 void sov_tp_fall_back(struct sov_sock *s)
 {
+    atomic_fetch_add(&sov_g.tp_fell_back, 1);
     s->dead = true;
     for (int fd = 0, n = sov_table_limit(); fd < n && s->nfds; fd++)
         if (sov_table_clear(fd, s))
