@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "sock.h"
+#include "transparent.h"
 
 #define CLOSE_TIMEOUT_NS (60ull * 1000000000u) /* as TCP's FIN_WAIT_2 */
 
@@ -77,6 +78,36 @@ static void service_timers(uint64_t now)
     pthread_mutex_unlock(&sov_g.lock);
 }
 
+/* Unpaired sovia run connections: answer the peer's WAKEUP (or fall back)
+ * while the program is busy elsewhere. The list is taken whole, so sockets
+ * are settled without sov_g.lock (settling may take it). */
+static void service_pairing(void)
+{
+    pthread_mutex_lock(&sov_g.lock);
+    struct sov_sock *list = sov_g.pairing;
+    sov_g.pairing = NULL;
+    for (struct sov_sock *s = list; s; s = s->next_pairing)
+        s->in_pairing = false;
+    pthread_mutex_unlock(&sov_g.lock);
+    while (list) {
+        struct sov_sock *s = list;
+        list = s->next_pairing;
+        sov_lock(&s->lock);
+        if (s->dead || !s->tp_waiting) {
+            sov_unlock(&s->lock);
+            continue;
+        }
+        enum sov_tp_state st = sov_tp_settle(s);
+        if (st == SOV_TP_FALL_BACK) {
+            sov_tp_fall_back(s); /* unlocks */
+            continue;
+        }
+        sov_unlock(&s->lock);
+        if (st == SOV_TP_PENDING)
+            sov_pairing_add(s);
+    }
+}
+
 static void *service_thread(void *arg)
 {
     (void)arg;
@@ -84,9 +115,12 @@ static void *service_thread(void *arg)
     pthread_mutex_lock(&sov_g.lock);
     for (;;) {
         bool closing = sov_g.closing != NULL, timed = sov_g.timed != NULL;
+        bool pairing = sov_g.pairing != NULL;
         uint64_t wait_ms = 0;
         if (closing)
             wait_ms = close_poll_ms;
+        if (pairing)
+            wait_ms = 1;
         if (timed) {
             uint64_t t = sov_g.cfg.combine_ms / 2 ? sov_g.cfg.combine_ms / 2 : 1;
             wait_ms = wait_ms && wait_ms < t ? wait_ms : t;
@@ -108,6 +142,8 @@ static void *service_thread(void *arg)
             close_poll_ms = close_poll_ms < 20 ? close_poll_ms * 2 : 20;
         if (timed)
             service_timers(now);
+        if (pairing)
+            service_pairing();
         pthread_mutex_lock(&sov_g.lock);
     }
     return NULL;
@@ -138,6 +174,31 @@ void sov_timer_add(struct sov_sock *s)
     pthread_mutex_unlock(&sov_g.lock);
 }
 
+void sov_pairing_add(struct sov_sock *s)
+{
+    pthread_mutex_lock(&sov_g.lock);
+    if (!s->in_pairing) {
+        s->next_pairing = sov_g.pairing;
+        sov_g.pairing = s;
+        s->in_pairing = true;
+    }
+    ensure_service();
+    pthread_cond_signal(&sov_g.service_cond);
+    pthread_mutex_unlock(&sov_g.lock);
+}
+
+void sov_pairing_remove(struct sov_sock *s)
+{
+    pthread_mutex_lock(&sov_g.lock);
+    for (struct sov_sock **p = &sov_g.pairing; *p; p = &(*p)->next_pairing)
+        if (*p == s) {
+            *p = s->next_pairing;
+            break;
+        }
+    s->in_pairing = false;
+    pthread_mutex_unlock(&sov_g.lock);
+}
+
 void sov_timer_remove(struct sov_sock *s)
 {
     pthread_mutex_lock(&sov_g.lock);
@@ -154,6 +215,7 @@ void sov_timer_remove(struct sov_sock *s)
 void sov_conn_established(struct sov_sock *s)
 {
     atomic_fetch_add(&sov_g.open_conns, 1);
+    sov_stat_serve_start();
     sov_conn_attach_handling(s);
     if (s->conn->cfg.combine) {
         sov_unlock(&s->lock);
@@ -171,6 +233,7 @@ void sov_conn_established(struct sov_sock *s)
 void sov_close_connected(struct sov_sock *s)
 {
     sov_timer_remove(s);
+    sov_pairing_remove(s);
     sov_lock(&s->lock);
     struct sov_conn *c = s->conn;
     sov_progress(s);

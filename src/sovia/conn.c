@@ -205,7 +205,7 @@ int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type)
 /* Establishment completes with the peer's WAKEUP, always its first packet
  * (it carries the window, so both ends can send at once, as after TCP's
  * handshake). 0, -ETIMEDOUT or -ECONNRESET. */
-static int await_wakeup_ms(struct sov_conn *c, VIP_ULONG timeout_ms)
+static int await_wakeup(struct sov_conn *c)
 {
     VIP_DESCRIPTOR *d;
     VIP_RETURN r = VIP_NOT_DONE;
@@ -213,17 +213,12 @@ static int await_wakeup_ms(struct sov_conn *c, VIP_ULONG timeout_ms)
     while ((r = VipRecvDone(c->vi, &d)) == VIP_NOT_DONE && sov_now_ns() < end)
         __builtin_ia32_pause();
     if (r == VIP_NOT_DONE)
-        r = VipRecvWait(c->vi, timeout_ms, &d);
+        r = VipRecvWait(c->vi, 10000, &d);
     if (r == VIP_TIMEOUT)
         return -ETIMEDOUT;
     if (r != VIP_SUCCESS || sov_conn_wakeup(c, d) != 0)
         return -ECONNRESET;
     return 0;
-}
-
-static int await_wakeup(struct sov_conn *c)
-{
-    return await_wakeup_ms(c, 10000);
 }
 
 static int map_connect_error(VIP_RETURN r)
@@ -613,9 +608,10 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, const struct sockaddr *pee
     pthread_mutex_unlock(&s->wait_lock);
     if (!c)
         return NULL;
-    /* The client answers our WAKEUP with its own unless it gave up waiting
-     * (then its VI is gone and both ends use the kernel connection). */
-    if (sov_conn_send_ctrl(c, PKT_WAKEUP) != 0 || await_wakeup_ms(c, 2000) != 0) {
+    /* The client answers our WAKEUP with its own, which opens our window;
+     * until then we are tentative too (transparent.c), and if the client
+     * gave up meanwhile both ends use the kernel connection. */
+    if (sov_conn_send_ctrl(c, PKT_WAKEUP) != 0) {
         sov_conn_destroy(c);
         return NULL;
     }

@@ -154,6 +154,8 @@ struct sov_sock {
     struct sov_conn *conn;
     struct sov_sock *next_closing; /* the close thread's list (and the pool) */
     struct sov_sock *next_timed;   /* the combining timer's list */
+    struct sov_sock *next_pairing; /* the service thread's pairing list */
+    bool in_pairing;
     bool timed;
     uint64_t close_deadline_ns;
 };
@@ -173,6 +175,7 @@ struct sov_global {
     bool service_running;
     struct sov_sock *closing;
     struct sov_sock *timed; /* connected sockets that may hold combined data */
+    struct sov_sock *pairing; /* sovia run connections not yet paired */
     atomic_uint open_conns;
     atomic_bool sockets_created;
     pthread_t handler_thread;
@@ -261,8 +264,11 @@ void sov_conn_detach_handling(struct sov_sock *s);
 void sov_close_connected(struct sov_sock *s);
 void sov_timer_add(struct sov_sock *s);
 void sov_timer_remove(struct sov_sock *s);
+void sov_pairing_add(struct sov_sock *s);
+void sov_pairing_remove(struct sov_sock *s);
 void sov_conn_established(struct sov_sock *s);
 void sov_atexit(void);
+void sov_stat_serve_start(void); /* statsrv.c: answers `sovia stat` */
 
 /* poll.c */
 short sov_sock_revents(struct sov_sock *s, short events);

@@ -76,11 +76,10 @@ static int publish(struct sov_sock *s)
             return err;
     }
     atomic_store(&sov_g.sockets_created, true);
-    sov_lock(&s->lock);
-    if (!s->tp_waiting)
-        sov_conn_established(s);
-    sov_unlock(&s->lock);
-    return sov_table_insert(s);
+    int err = sov_table_insert(s);
+    if (!err) /* the service thread answers the peer even if the program is idle */
+        sov_pairing_add(s);
+    return err;
 }
 
 int sov_tp_publish_client(struct sov_sock *s)
@@ -132,7 +131,7 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
     s->cfg = c->cfg;
     s->conn = c;
     s->kind = SK_CONNECTED;
-    atomic_fetch_add(&sov_g.tp_paired, 1);
+    s->tp_waiting = true;
     int err = publish(s);
     if (err) {
         sov_tp_discard(s);
@@ -141,21 +140,26 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
     return 0;
 }
 
-/* Caller holds s->lock. */
+/* Caller holds s->lock. Paired once the peer's WAKEUP opened our window
+ * (and, on the client, ours answered it). */
 enum sov_tp_state sov_tp_settle(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
     if (!c || !s->tp_waiting)
         return SOV_TP_PAIRED;
     sov_progress(s);
-    if (!c->tentative) {
+    if (c->peer_window && !c->tentative && !c->reset) {
         s->tp_waiting = false;
-        atomic_fetch_add(&sov_g.tp_paired, 1);
+        if (c->tentative_since_ns) /* count each connection once: at the client */
+            atomic_fetch_add(&sov_g.tp_paired, 1);
+        sov_pairing_remove(s);
         sov_conn_established(s);
         return SOV_TP_PAIRED;
     }
     if (c->reset)
         return SOV_TP_FALL_BACK;
+    if (!c->tentative_since_ns)
+        return SOV_TP_PENDING; /* the server waits for the client's answer */
     /* The server speaking (or closing) on the kernel socket means it did
      * not pair: it runs without sovia, or accepted in another process. */
     struct pollfd p = {.fd = s->fd, .events = POLLIN};
@@ -173,6 +177,7 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
 void sov_tp_fall_back(struct sov_sock *s)
 {
     atomic_fetch_add(&sov_g.tp_fell_back, 1);
+    sov_pairing_remove(s);
     s->dead = true;
     for (int fd = 0, n = sov_table_limit(); fd < n && s->nfds; fd++)
         if (sov_table_clear(fd, s))
