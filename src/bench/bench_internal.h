@@ -54,6 +54,7 @@ extern const struct bench_transport bench_transport_limit;
 extern const struct bench_transport bench_transport_tcp;
 extern const struct bench_transport bench_transport_tcp_poll;
 extern const struct bench_transport bench_transport_uds;
+extern const struct bench_transport bench_transport_preload;
 extern const struct bench_transport bench_transport_vi;
 extern const struct bench_transport bench_transport_vi_copy;
 extern const struct bench_transport bench_transport_vi_block;

@@ -285,3 +285,25 @@ const struct bench_transport bench_transport_uds = {
     .prepare = prepare_uds,
     SOCK_OPS,
 };
+
+/* The tcp code through the libc calls, in processes that run under the
+ * preload library (sovia bench re-executes itself with it): what an
+ * unmodified program gets from `sovia run`. */
+static int prepare_preload(const struct bench_params *p, size_t m, void **sh)
+{
+    (void)p;
+    (void)m;
+    if (!getenv("SOVIA_BENCH_PRELOADED")) {
+        fprintf(stderr, "preload: run through 'sovia bench' (it loads the preload library)\n");
+        return -1;
+    }
+    return sock_prepare(SOCK_TCP, sh);
+}
+
+const struct bench_transport bench_transport_preload = {
+    .name = "preload",
+    .summary = "the tcp code under sovia run's preload library, polling (pinned)",
+    .polling = true,
+    .prepare = prepare_preload,
+    SOCK_OPS,
+};

@@ -411,4 +411,10 @@ void sov_after_fork_child(void)
     pthread_cond_init(&sov_g.service_cond, NULL);
     sov_g.service_running = false;
     sov_g.handler_running = false;
+    if (atomic_load(&sov_g.open_conns) == 0 && !sov_g.pairing) {
+        /* Nothing of the parent's to keep using: the next connection gets a
+         * NIC and CQ of this process (the parent's are left alone). */
+        init_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+        init_err = 0;
+    }
 }

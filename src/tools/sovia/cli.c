@@ -1,11 +1,14 @@
-/* cli.c - argument parsing helpers shared by the subcommands. */
+/* cli.c - what the subcommands share: argument parsing, finding the preload. */
 #include "cli.h"
 
 #include <errno.h>
+#include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 bool cli_parse_u64(const char *s, uint64_t *out)
 {
@@ -70,4 +73,39 @@ int cli_usage_error(const char *where, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "\n");
     return SOVIA_EXIT_USAGE;
+}
+
+#define PRELOAD_NAME "libsovia-preload.so"
+
+/* Where the preload library is: $SOVIA_PRELOAD, beside an installed tool
+ * (bin/../lib), or in the build tree this tool came from. */
+int cli_find_preload(char *out, size_t len)
+{
+    const char *env = getenv("SOVIA_PRELOAD");
+    if (env && *env) {
+        snprintf(out, len, "%s", env);
+        return access(out, R_OK) == 0 ? 0 : -1;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *dir = dirname(exe);
+        snprintf(out, len, "%s/%s/%s", dir, SOVIA_BIN_TO_LIB, PRELOAD_NAME);
+        if (access(out, R_OK) == 0)
+            return 0;
+    }
+    snprintf(out, len, "%s/%s", SOVIA_BUILD_PRELOAD_DIR, PRELOAD_NAME);
+    return access(out, R_OK) == 0 ? 0 : -1;
+}
+
+int cli_add_preload(const char *lib)
+{
+    const char *old = getenv("LD_PRELOAD");
+    char *value = NULL;
+    if (asprintf(&value, "%s%s%s", lib, old && *old ? ":" : "", old ? old : "") < 0)
+        return -1;
+    setenv("LD_PRELOAD", value, 1);
+    free(value);
+    return 0;
 }

@@ -19,11 +19,20 @@ struct sovia_command {
 
 int cmd_bench(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_stat(int argc, char **argv);
 
 /* Byte counts: decimal digits with an optional K or M suffix (1K = 1024). */
 bool cli_parse_size(const char *s, size_t *out);
 bool cli_parse_u64(const char *s, uint64_t *out);
 bool cli_parse_seconds(const char *s, double *out);
+
+/* libsovia-preload.so: $SOVIA_PRELOAD, bin/../lib, or the build tree.
+ * 0 and the path in `out`, or -1. */
+int cli_find_preload(char *out, size_t len);
+/* Puts `lib` first in LD_PRELOAD (for the programs exec'd next). */
+int cli_add_preload(const char *lib);
+/* The whole command line (for re-executing the tool). */
+extern char **cli_argv;
 
 /* Prints "sovia <where>: <message>" on stderr and returns SOVIA_EXIT_USAGE. */
 int cli_usage_error(const char *where, const char *fmt, ...)

@@ -4,6 +4,10 @@
  */
 #include "cli.h"
 
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <bench.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -204,6 +208,22 @@ static int parse_mode(const struct bench_mode_desc *m, int argc, char **argv)
         return cli_usage_error(where, "unexpected argument '%s'", argv[optind]);
     if (!p.transport)
         return cli_usage_error(where, "--transport is required (see sovia bench --help)");
+    if (strcmp(p.transport, "preload") == 0 && !getenv("SOVIA_BENCH_PRELOADED")) {
+        /* The preload must be in the processes from the start: run again
+         * with it, polling like the sovia transport. */
+        char lib[PATH_MAX];
+        if (cli_find_preload(lib, sizeof(lib)) != 0) {
+            fprintf(stderr, "sovia bench: preload: cannot find libsovia-preload.so\n");
+            return 3;
+        }
+        setenv("SOVIA_BENCH_PRELOADED", "1", 1);
+        setenv("SOVIA_WAIT", "poll", 0);
+        if (cli_add_preload(lib) != 0)
+            return 1;
+        execv("/proc/self/exe", cli_argv);
+        perror("sovia bench: preload: re-exec");
+        return 1;
+    }
     if (m->mode == BENCH_IDLE)
         p.size = BENCH_CTRL_SIZE;
     else if (m->mode != BENCH_SWEEP && !have_size)

@@ -13,30 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define PRELOAD_NAME "libsovia-preload.so"
-
-/* Where the preload library is: $SOVIA_PRELOAD, beside an installed tool
- * (bin/../lib), or in the build tree this tool came from. */
-static int find_preload(char *out, size_t len)
-{
-    const char *env = getenv("SOVIA_PRELOAD");
-    if (env && *env) {
-        snprintf(out, len, "%s", env);
-        return access(out, R_OK) == 0 ? 0 : -1;
-    }
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *dir = dirname(exe);
-        snprintf(out, len, "%s/%s/%s", dir, SOVIA_BIN_TO_LIB, PRELOAD_NAME);
-        if (access(out, R_OK) == 0)
-            return 0;
-    }
-    snprintf(out, len, "%s/%s", SOVIA_BUILD_PRELOAD_DIR, PRELOAD_NAME);
-    return access(out, R_OK) == 0 ? 0 : -1;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: sovia run [--profile latency|throughput|balanced] [--] PROGRAM [ARGS...]\n"
@@ -96,16 +72,12 @@ int cmd_run(int argc, char **argv)
                                profile);
     }
     char lib[PATH_MAX];
-    if (find_preload(lib, sizeof(lib)) != 0) {
-        fprintf(stderr, "sovia run: cannot find %s (set SOVIA_PRELOAD)\n", PRELOAD_NAME);
+    if (cli_find_preload(lib, sizeof(lib)) != 0) {
+        fprintf(stderr, "sovia run: cannot find libsovia-preload.so (set SOVIA_PRELOAD)\n");
         return 1;
     }
-    const char *old = getenv("LD_PRELOAD");
-    char *value = NULL;
-    if (asprintf(&value, "%s%s%s", lib, old && *old ? ":" : "", old ? old : "") < 0)
+    if (cli_add_preload(lib) != 0)
         return 1;
-    setenv("LD_PRELOAD", value, 1);
-    free(value);
     execvp(argv[i], argv + i);
     fprintf(stderr, "sovia run: %s: %s\n", argv[i], strerror(errno));
     return errno == ENOENT ? 127 : 126;

@@ -7,10 +7,13 @@
 #include <stdio.h>
 #include <string.h>
 
+char **cli_argv;
+
 static const struct sovia_command commands[] = {
     {"bench", "measure latency and bandwidth: vipl against the floor, sockets and UCX",
      cmd_bench},
     {"run", "run an unmodified program with its TCP connections carried by sovia", cmd_run},
+    {"stat", "list your live sovia connections (like ss)", cmd_stat},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -31,6 +34,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    cli_argv = argv;
     if (argc < 2) {
         usage(stderr);
         return SOVIA_EXIT_USAGE;
