@@ -363,11 +363,22 @@ PRELOAD_EXPORT int epoll_wait(int epfd, struct epoll_event *out, int max, int ti
 {
     preload_ready();
     struct epset *s = set_of(epfd);
-    if (!s || !s->n)
+    if (!s || !s->doorbells)
         return real.epoll_wait(epfd, out, max, timeout);
     if (!out || max <= 0) {
         errno = EINVAL;
         return -1;
+    }
+    if (!s->n) { /* no carried entry left: the kernel's, minus the doorbells */
+        uint64_t end = sov_now_ns() + (uint64_t)(timeout > 0 ? timeout : 0) * 1000000u;
+        for (;;) {
+            int left = timeout < 0 ? -1 : (int)((end - sov_now_ns()) / 1000000u);
+            if (timeout >= 0 && sov_now_ns() >= end)
+                left = 0;
+            int k = kernel_events(epfd, out, 0, max, left);
+            if (k != 0 || left == 0)
+                return k;
+        }
     }
     return wait_any(epfd, s, out, max, timeout);
 }
@@ -377,7 +388,7 @@ PRELOAD_EXPORT int epoll_pwait(int epfd, struct epoll_event *out, int max, int t
 {
     preload_ready();
     struct epset *s = set_of(epfd);
-    if (!s || !s->n)
+    if (!s || !s->doorbells)
         return real.epoll_pwait(epfd, out, max, timeout, mask);
     sigset_t old;
     if (mask)

@@ -34,6 +34,8 @@ short sov_sock_revents(struct sov_sock *s, short events)
         sov_progress(s);
         struct sov_conn *c = s->conn;
         sov_repost_deferred(c); /* a poller may sleep: give the buffer back */
+        if (c->clen) /* nor hold combined bytes back while the program waits */
+            sov_flush(s, false);
         if (c->rx_bytes || c->peer_fin || c->reset || s->rd_shut)
             r |= POLLIN | POLLRDNORM;
         /* Writable: the window is open, or a small send could still be

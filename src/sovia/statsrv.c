@@ -30,7 +30,8 @@
  * socket's lock is held only to copy its fields, never while writing; a
  * client that does not read is dropped after a 1 s send timeout. A forked
  * child closes its copy of the listening socket (the name is the parent's)
- * and starts its own server with its own first connection. A program that
+ * and starts its own server with its own first connection (so connections
+ * it only inherited are not listed for it before that). A program that
  * closes the listening descriptor itself stops the server (checked before
  * each accept); its next connection starts a new one.
  */
@@ -151,7 +152,8 @@ static void describe(struct outbuf *b, struct sov_sock *s, int fd)
         sov_unlock(&s->lock);
         return;
     }
-    sov_progress(s); /* count what has arrived, as sov_get_stats does */
+    if (!s->tp_waiting) /* pairing is for the program and the service thread */
+        sov_progress(s); /* count what has arrived, as sov_get_stats does */
     struct sov_conn *c = s->conn;
     bool transparent = s->transparent;
     if (transparent) { /* the kernel socket has the program's addresses */

@@ -13,6 +13,8 @@
  * drops its VI and both ends stay on kernel TCP.
  */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -68,8 +70,23 @@ void sov_tp_discard(struct sov_sock *s)
 }
 
 /* Publishes an established (or tentative) connection under its descriptor. */
+/* Options the program set on its kernel socket before sovia carried it
+ * (TCP_NODELAY is often set before connect, and accepted sockets inherit
+ * it from the listener). */
+static void inherit_options(struct sov_sock *s)
+{
+    int on = 0;
+    socklen_t len = sizeof(on);
+    if (getsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &on, &len) == 0)
+        s->nodelay = on != 0;
+    len = sizeof(s->linger);
+    if (getsockopt(s->fd, SOL_SOCKET, SO_LINGER, &s->linger, &len) != 0)
+        s->linger = (struct linger){0, 0};
+}
+
 static int publish(struct sov_sock *s)
 {
+    inherit_options(s);
     if (s->cfg.handling != SOV_SINGLE) {
         int err = sov_handling_start();
         if (err)
@@ -150,8 +167,7 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
     sov_progress(s);
     if (c->peer_window && !c->tentative && !c->reset) {
         s->tp_waiting = false;
-        if (c->tentative_since_ns) /* count each connection once: at the client */
-            atomic_fetch_add(&sov_g.tp_paired, 1);
+        atomic_fetch_add(&sov_g.tp_paired, 1);
         sov_pairing_remove(s);
         sov_conn_established(s);
         return SOV_TP_PAIRED;

@@ -102,8 +102,12 @@ int cli_find_preload(char *out, size_t len)
 int cli_add_preload(const char *lib)
 {
     const char *old = getenv("LD_PRELOAD");
+    const char *runtime = SOVIA_SANITIZER_RUNTIME; /* "" unless a sanitizer build */
     char *value = NULL;
-    if (asprintf(&value, "%s%s%s", lib, old && *old ? ":" : "", old ? old : "") < 0)
+    if (*runtime) /* programs are not instrumented: their leaks are not ours */
+        setenv("ASAN_OPTIONS", "detect_leaks=0", 0);
+    if (asprintf(&value, "%s%s%s%s%s", runtime, *runtime ? ":" : "", lib, old && *old ? ":" : "",
+                 old ? old : "") < 0)
         return -1;
     setenv("LD_PRELOAD", value, 1);
     free(value);
