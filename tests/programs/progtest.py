@@ -179,7 +179,7 @@ class ProgramCase(unittest.TestCase):
     that are always killed at the end."""
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="sovia-prog-", dir="/tmp")
+        self.tmp = tempfile.mkdtemp(prefix="progtest-", dir="/tmp")
         self.statlog = os.path.join(self.tmp, "stat.jsonl")
         self.procs = []
 
