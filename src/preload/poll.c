@@ -76,11 +76,7 @@ PRELOAD_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *t,
 static int select_any(int nfds, fd_set *r, fd_set *w, fd_set *e, int timeout_ms,
                       const sigset_t *mask)
 {
-    struct pollfd *fds = calloc((size_t)nfds, sizeof(*fds));
-    if (!fds) {
-        errno = ENOMEM;
-        return -1;
-    }
+    struct pollfd fds[FD_SETSIZE]; /* no malloc: see sov_poll */
     nfds_t n = 0;
     for (int fd = 0; fd < nfds; fd++) {
         short ev = (short)((r && FD_ISSET(fd, r) ? POLLIN : 0) |
@@ -90,13 +86,10 @@ static int select_any(int nfds, fd_set *r, fd_set *w, fd_set *e, int timeout_ms,
             fds[n++] = (struct pollfd){.fd = fd, .events = ev};
     }
     int rc = poll_any(fds, n, timeout_ms, mask);
-    if (rc < 0) {
-        free(fds);
+    if (rc < 0)
         return -1;
-    }
     for (nfds_t i = 0; i < n; i++)
         if (fds[i].revents & POLLNVAL) {
-            free(fds);
             errno = EBADF;
             return -1;
         }
@@ -117,7 +110,6 @@ static int select_any(int nfds, fd_set *r, fd_set *w, fd_set *e, int timeout_ms,
         if ((ev & POLLPRI) && (re & POLLPRI))
             FD_SET(fds[i].fd, e), count++;
     }
-    free(fds);
     return count;
 }
 

@@ -108,11 +108,20 @@ SOV_EXPORT int sov_poll(struct pollfd *fds, nfds_t nfds, int timeout)
         errno = -err;
         return -1;
     }
-    struct pollfd *kfds = calloc(nfds + 2, sizeof(*kfds));
-    nfds_t *kmap = calloc(nfds + 1, sizeof(*kmap));
+    /* Small sets live on the stack: no malloc on the way to sleeping, since
+     * programs longjmp out of poll from signal handlers (iperf3 on Ctrl-C),
+     * which would leave malloc's lock held. */
+    enum { STACK_FDS = 256 };
+    struct pollfd kfds_stack[STACK_FDS + 2];
+    nfds_t kmap_stack[STACK_FDS + 1];
+    bool heap = nfds > STACK_FDS;
+    struct pollfd *kfds = heap ? calloc(nfds + 2, sizeof(*kfds)) : kfds_stack;
+    nfds_t *kmap = heap ? calloc(nfds + 1, sizeof(*kmap)) : kmap_stack;
     if (!kfds || !kmap) {
-        free(kfds);
-        free(kmap);
+        if (heap) {
+            free(kfds);
+            free(kmap);
+        }
         errno = ENOMEM;
         return -1;
     }
@@ -153,8 +162,10 @@ SOV_EXPORT int sov_poll(struct pollfd *fds, nfds_t nfds, int timeout)
         int rc = poll(kfds, nk + 2, slice);
         VipxCQArm(sov_g.cq, VIP_FALSE);
         if (rc < 0 && errno == EINTR) {
-            free(kfds);
-            free(kmap);
+            if (heap) {
+                free(kfds);
+                free(kmap);
+            }
             errno = EINTR;
             return -1;
         }
@@ -165,7 +176,9 @@ SOV_EXPORT int sov_poll(struct pollfd *fds, nfds_t nfds, int timeout)
             }
         }
     }
-    free(kfds);
-    free(kmap);
+    if (heap) {
+        free(kfds);
+        free(kmap);
+    }
     return ready;
 }
