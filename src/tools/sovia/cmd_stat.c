@@ -99,7 +99,8 @@ static long find_servers(long **out)
     }
     free(line);
     fclose(f);
-    qsort(pids, n, sizeof(*pids), cmp_long);
+    if (n)
+        qsort(pids, n, sizeof(*pids), cmp_long);
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
         if (m == 0 || pids[m - 1] != pids[i])
