@@ -43,6 +43,7 @@ struct epset {
 };
 
 static _Atomic(struct epset *) sets[MAX_SETS];
+static atomic_int sets_end; /* one past the highest epfd with a set */
 
 static struct epset *set_of(int epfd)
 {
@@ -63,6 +64,9 @@ static struct epset *set_get(int epfd)
         free(s);
         return expected;
     }
+    int end = atomic_load(&sets_end);
+    while (end <= epfd && !atomic_compare_exchange_weak(&sets_end, &end, epfd + 1))
+        ;
     return s;
 }
 
@@ -81,7 +85,7 @@ static void drop(struct epset *s, struct item *it)
 
 void epoll_forget_fd(int fd)
 {
-    for (int e = 0; e < MAX_SETS; e++) {
+    for (int e = 0, end = atomic_load(&sets_end); e < end; e++) {
         struct epset *s = atomic_load_explicit(&sets[e], memory_order_relaxed);
         if (!s || !s->n)
             continue;
@@ -230,13 +234,12 @@ static uint32_t readiness(struct item *it, bool *pending, bool *gone)
         *gone = true;
         return 0;
     }
-    switch (s->tp_waiting ? sov_tp_settle(s) : SOV_TP_PAIRED) {
+    switch (sov_tp_settle(s)) {
     case SOV_TP_PENDING:
         sov_unlock(&s->lock);
         *pending = true;
         return 0;
-    case SOV_TP_FALL_BACK:
-        sov_tp_fall_back(s);
+    case SOV_TP_FELL_BACK: /* unlocked */
         *gone = true;
         return 0;
     case SOV_TP_PAIRED:
@@ -319,12 +322,7 @@ static int kernel_events(int epfd, struct epoll_event *out, int n, int max, int 
 
 static int wait_any(int epfd, struct epset *s, struct epoll_event *out, int max, int timeout)
 {
-    uint64_t start = sov_now_ns(), spin_ns;
-    pthread_mutex_lock(&sov_g.lock);
-    spin_ns = sov_g.cfg.wait_mode == SOV_WAIT_BLOCK  ? 0
-              : sov_g.cfg.wait_mode == SOV_WAIT_POLL ? UINT64_MAX
-                                                     : (uint64_t)sov_g.cfg.spin_us * 1000;
-    pthread_mutex_unlock(&sov_g.lock);
+    uint64_t start = sov_now_ns(), spin_ns = sov_poll_spin_ns();
     for (;;) {
         bool pending = false;
         int n = scan(epfd, s, out, max, &pending);

@@ -11,6 +11,7 @@
 #include <sovia.h>
 
 #include "preload.h"
+#include "sock.h"
 
 /* Each call: -1 means "not carried, use the kernel"; otherwise the result. */
 #define KERNEL (-2)
@@ -20,27 +21,7 @@ static ssize_t via_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
     int r = tp_prepare(fd, flags);
     if (r <= 0)
         return r == 0 ? KERNEL : -1;
-    ssize_t n;
-    if (iovcnt == 1)
-        n = sov_recv(fd, iov[0].iov_base, iov[0].iov_len, flags);
-    else if (flags == 0)
-        n = sov_readv(fd, iov, iovcnt);
-    else { /* sov_* has no recvmsg: gather one buffer at a time */
-        n = 0;
-        for (int i = 0; i < iovcnt; i++) {
-            ssize_t k = sov_recv(fd, iov[i].iov_base, iov[i].iov_len, flags);
-            if (k < 0) {
-                if (n == 0)
-                    n = -1;
-                break;
-            }
-            n += k;
-            if ((size_t)k < iov[i].iov_len)
-                break;
-            flags |= MSG_DONTWAIT; /* later buffers take what is there */
-            flags &= ~MSG_WAITALL;
-        }
-    }
+    ssize_t n = sov_recvv(fd, iov, iovcnt, flags);
     if (n < 0 && errno == EBADF && !carried(fd))
         return KERNEL; /* fell back or was closed meanwhile: the kernel says which */
     return n;
@@ -51,25 +32,7 @@ static ssize_t via_send(int fd, const struct iovec *iov, int iovcnt, int flags)
     int r = tp_prepare(fd, flags);
     if (r <= 0)
         return r == 0 ? KERNEL : -1;
-    ssize_t n;
-    if (iovcnt == 1) {
-        n = sov_send(fd, iov[0].iov_base, iov[0].iov_len, flags);
-    } else if (flags == 0) {
-        n = sov_writev(fd, iov, iovcnt);
-    } else { /* sendmsg with flags: one buffer at a time, stopping short like TCP */
-        n = 0;
-        for (int i = 0; i < iovcnt; i++) {
-            ssize_t k = sov_send(fd, iov[i].iov_base, iov[i].iov_len, flags);
-            if (k < 0) {
-                if (n == 0)
-                    n = -1;
-                break;
-            }
-            n += k;
-            if ((size_t)k < iov[i].iov_len)
-                break;
-        }
-    }
+    ssize_t n = sov_sendv(fd, iov, iovcnt, flags);
     if (n < 0 && errno == EBADF && !carried(fd))
         return KERNEL;
     return n;

@@ -7,7 +7,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -90,40 +89,6 @@ static bool tcp_stream(int fd, int *domain)
     return getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 && proto == IPPROTO_TCP;
 }
 
-/* Is `a` this host: loopback, or an address of one of its interfaces? */
-static bool address_is_local(const struct sockaddr *a)
-{
-    if (a->sa_family == AF_INET) {
-        in_addr_t in = ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr);
-        if (in >> 24 == 127)
-            return true;
-    } else if (a->sa_family == AF_INET6) {
-        const struct in6_addr *in6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
-        if (IN6_IS_ADDR_LOOPBACK(in6))
-            return true;
-        if (IN6_IS_ADDR_V4MAPPED(in6) && in6->s6_addr[12] == 127)
-            return true;
-    } else {
-        return false;
-    }
-    struct ifaddrs *ifs, *i;
-    if (getifaddrs(&ifs) != 0)
-        return false;
-    bool local = false;
-    for (i = ifs; i && !local; i = i->ifa_next) {
-        if (!i->ifa_addr || i->ifa_addr->sa_family != a->sa_family)
-            continue;
-        if (a->sa_family == AF_INET)
-            local = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
-                    ((const struct sockaddr_in *)a)->sin_addr.s_addr;
-        else
-            local = memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
-                           &((const struct sockaddr_in6 *)a)->sin6_addr, 16) == 0;
-    }
-    freeifaddrs(ifs);
-    return local;
-}
-
 static bool is_nonblocking(int fd)
 {
     int fl = real.fcntl(fd, F_GETFL);
@@ -142,11 +107,9 @@ int tp_prepare(int fd, int msg_flags)
             sov_unlock(&s->lock);
             return 0;
         }
-        enum sov_tp_state st = s->tp_waiting ? sov_tp_settle(s) : SOV_TP_PAIRED;
-        if (st == SOV_TP_FALL_BACK) {
-            sov_tp_fall_back(s);
-            return 0;
-        }
+        enum sov_tp_state st = sov_tp_settle(s);
+        if (st == SOV_TP_FELL_BACK)
+            return 0; /* unlocked: the kernel socket from now on */
         bool nonblock = s->nonblock || (msg_flags & MSG_DONTWAIT);
         sov_unlock(&s->lock);
         if (st == SOV_TP_PAIRED)
@@ -226,7 +189,7 @@ PRELOAD_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, in
     struct sockaddr_storage peer;
     socklen_t plen = sizeof(peer);
     if (!l || getpeername(nfd, (struct sockaddr *)&peer, &plen) != 0 ||
-        !address_is_local((struct sockaddr *)&peer))
+        !sov_addr_is_local((struct sockaddr *)&peer, plen))
         return nfd;
     int saved = errno;
     if (sov_tp_accept(l, nfd, (struct sockaddr *)&peer, flags & SOCK_NONBLOCK) != 0)
@@ -268,7 +231,7 @@ PRELOAD_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t addrle
     bool tcp = addr && addrlen >= sizeof(struct sockaddr_in) && !carried(fd) &&
                (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) &&
                tcp_stream(fd, &domain) && addr->sa_family == domain;
-    if (tcp && ((const struct sockaddr_in *)addr)->sin_port != 0 && address_is_local(addr)) {
+    if (tcp && sov_addr_port(addr) != 0 && sov_addr_is_local(addr, addrlen)) {
         int saved = errno;
         if (local_address(fd, domain, &local) != 0 ||
             sov_tp_connect(fd, domain, (struct sockaddr *)&local, addr, is_nonblocking(fd), &s) != 0)

@@ -166,3 +166,26 @@ void sov_copy_addr(const struct sockaddr_storage *from, socklen_t from_len, stru
     if (to_len)
         *to_len = from_len;
 }
+
+/* Is `a` an address of this host (any address, loopback, or bindable)? */
+bool sov_addr_is_local(const struct sockaddr *a, socklen_t len)
+{
+    if (a->sa_family == AF_INET) {
+        struct in_addr in = ((const struct sockaddr_in *)a)->sin_addr;
+        if (in.s_addr == htonl(INADDR_ANY) || (ntohl(in.s_addr) >> 24) == 127)
+            return true;
+    } else {
+        const struct in6_addr *in6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+        if (IN6_IS_ADDR_UNSPECIFIED(in6) || IN6_IS_ADDR_LOOPBACK(in6))
+            return true;
+    }
+    int fd = socket(a->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_storage tmp;
+    memcpy(&tmp, a, len < sizeof(tmp) ? len : sizeof(tmp));
+    sov_addr_set_port(&tmp, 0);
+    bool ok = bind(fd, (struct sockaddr *)&tmp, len) == 0;
+    close(fd);
+    return ok;
+}

@@ -118,29 +118,6 @@ SOV_EXPORT int sov_socket(int domain, int type, int protocol)
     return s->fd;
 }
 
-/* Is `a` an address of this host (any address, loopback, or bindable)? */
-static bool host_is_ours(const struct sockaddr *a, socklen_t len)
-{
-    if (a->sa_family == AF_INET) {
-        struct in_addr in = ((const struct sockaddr_in *)a)->sin_addr;
-        if (in.s_addr == htonl(INADDR_ANY) || (ntohl(in.s_addr) >> 24) == 127)
-            return true;
-    } else {
-        const struct in6_addr *in6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
-        if (IN6_IS_ADDR_UNSPECIFIED(in6) || IN6_IS_ADDR_LOOPBACK(in6))
-            return true;
-    }
-    int fd = socket(a->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return false;
-    struct sockaddr_storage tmp;
-    memcpy(&tmp, a, len < sizeof(tmp) ? len : sizeof(tmp));
-    sov_addr_set_port(&tmp, 0);
-    bool ok = bind(fd, (struct sockaddr *)&tmp, len) == 0;
-    close(fd);
-    return ok;
-}
-
 SOV_EXPORT int sov_bind(int fd, const struct sockaddr *addr, socklen_t addrlen)
 {
     struct sov_sock *s = sov_acquire(fd);
@@ -149,7 +126,7 @@ SOV_EXPORT int sov_bind(int fd, const struct sockaddr *addr, socklen_t addrlen)
     int err = sov_addr_check(s, addr, addrlen);
     if (!err && (s->bound || s->kind != SK_NEW))
         err = -EINVAL;
-    if (!err && !host_is_ours(addr, addrlen))
+    if (!err && !sov_addr_is_local(addr, addrlen))
         err = -EADDRNOTAVAIL;
     if (!err) {
         memcpy(&s->local, addr, s->local_len);
@@ -268,7 +245,7 @@ static ssize_t send_result(ssize_t r, int flags)
     return -1;
 }
 
-static ssize_t sendv(int fd, const struct iovec *iov, int iovcnt, int flags)
+ssize_t sov_sendv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
     if (iovcnt < 0 || iovcnt > IOV_MAX)
         return fail(-EINVAL);
@@ -280,7 +257,7 @@ static ssize_t sendv(int fd, const struct iovec *iov, int iovcnt, int flags)
     return send_result(r, flags);
 }
 
-static ssize_t recvv(int fd, const struct iovec *iov, int iovcnt, int flags)
+ssize_t sov_recvv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
     if (iovcnt < 0 || iovcnt > IOV_MAX)
         return fail(-EINVAL);
@@ -299,7 +276,7 @@ static ssize_t recvv(int fd, const struct iovec *iov, int iovcnt, int flags)
 SOV_EXPORT ssize_t sov_send(int fd, const void *buf, size_t len, int flags)
 {
     struct iovec iov = {(void *)buf, len};
-    return sendv(fd, &iov, 1, flags);
+    return sov_sendv(fd, &iov, 1, flags);
 }
 
 SOV_EXPORT ssize_t sov_write(int fd, const void *buf, size_t len)
@@ -309,13 +286,13 @@ SOV_EXPORT ssize_t sov_write(int fd, const void *buf, size_t len)
 
 SOV_EXPORT ssize_t sov_writev(int fd, const struct iovec *iov, int iovcnt)
 {
-    return sendv(fd, iov, iovcnt, 0);
+    return sov_sendv(fd, iov, iovcnt, 0);
 }
 
 SOV_EXPORT ssize_t sov_recv(int fd, void *buf, size_t len, int flags)
 {
     struct iovec iov = {buf, len};
-    return recvv(fd, &iov, 1, flags);
+    return sov_recvv(fd, &iov, 1, flags);
 }
 
 SOV_EXPORT ssize_t sov_read(int fd, void *buf, size_t len)
@@ -325,7 +302,7 @@ SOV_EXPORT ssize_t sov_read(int fd, void *buf, size_t len)
 
 SOV_EXPORT ssize_t sov_readv(int fd, const struct iovec *iov, int iovcnt)
 {
-    return recvv(fd, iov, iovcnt, 0);
+    return sov_recvv(fd, iov, iovcnt, 0);
 }
 
 SOV_EXPORT int sov_shutdown(int fd, int how)

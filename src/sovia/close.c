@@ -99,10 +99,8 @@ static void service_pairing(void)
             continue;
         }
         enum sov_tp_state st = sov_tp_settle(s);
-        if (st == SOV_TP_FALL_BACK) {
-            sov_tp_fall_back(s); /* unlocks */
-            continue;
-        }
+        if (st == SOV_TP_FELL_BACK)
+            continue; /* unlocked and unpublished */
         sov_unlock(&s->lock);
         if (st == SOV_TP_PENDING)
             sov_pairing_add(s);

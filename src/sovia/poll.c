@@ -70,13 +70,12 @@ static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, 
         if (s) {
             sov_lock(&s->lock);
             if (!s->dead && sov_lookup(fds[i].fd) == s) {
-                switch (s->tp_waiting ? sov_tp_settle(s) : SOV_TP_PAIRED) {
+                switch (sov_tp_settle(s)) {
                 case SOV_TP_PENDING:
                     *tentative = true; /* not ready: the peer has not paired yet */
                     sov_unlock(&s->lock);
                     continue;
-                case SOV_TP_FALL_BACK:
-                    sov_tp_fall_back(s); /* a kernel socket from now on */
+                case SOV_TP_FELL_BACK: /* unlocked: a kernel socket from now on */
                     goto kernel;
                 case SOV_TP_PAIRED:
                     break;
@@ -99,6 +98,16 @@ static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, 
                 ready++;
             }
     return ready;
+}
+
+uint64_t sov_poll_spin_ns(void)
+{
+    pthread_mutex_lock(&sov_g.lock);
+    uint64_t ns = sov_g.cfg.wait_mode == SOV_WAIT_BLOCK  ? 0
+                  : sov_g.cfg.wait_mode == SOV_WAIT_POLL ? UINT64_MAX
+                                                         : (uint64_t)sov_g.cfg.spin_us * 1000;
+    pthread_mutex_unlock(&sov_g.lock);
+    return ns;
 }
 
 SOV_EXPORT int sov_poll(struct pollfd *fds, nfds_t nfds, int timeout)
@@ -125,12 +134,7 @@ SOV_EXPORT int sov_poll(struct pollfd *fds, nfds_t nfds, int timeout)
         errno = ENOMEM;
         return -1;
     }
-    uint64_t start = sov_now_ns(), spin_ns;
-    pthread_mutex_lock(&sov_g.lock);
-    spin_ns = sov_g.cfg.wait_mode == SOV_WAIT_BLOCK  ? 0
-              : sov_g.cfg.wait_mode == SOV_WAIT_POLL ? UINT64_MAX
-                                                     : (uint64_t)sov_g.cfg.spin_us * 1000;
-    pthread_mutex_unlock(&sov_g.lock);
+    uint64_t start = sov_now_ns(), spin_ns = sov_poll_spin_ns();
     nfds_t nk;
     int ready;
     bool tentative = false; /* a sovia run client awaits pairing: sleep briefly */

@@ -208,6 +208,9 @@ bool sov_table_clear(int fd, struct sov_sock *s); /* removes one name */
 void sov_sock_free(struct sov_sock *s);
 uint64_t sov_now_ns(void);
 void sov_signal_event(void);
+/* The iovec send and receive behind sov_send/sov_recv & co.: -1 and errno. */
+ssize_t sov_sendv(int fd, const struct iovec *iov, int iovcnt, int flags);
+ssize_t sov_recvv(int fd, const struct iovec *iov, int iovcnt, int flags);
 /* Wakes threads sleeping on this socket (accept, HANDLER/NOTIFY waits,
  * SO_LINGER) and any sov_poll. */
 void sov_wake_waiters(struct sov_sock *s);
@@ -220,6 +223,8 @@ unsigned sov_recv_buffers(const struct sov_config *c);
 /* addr.c */
 int sov_addr_check(const struct sov_sock *s, const struct sockaddr *a, socklen_t len);
 uint16_t sov_addr_port(const struct sockaddr *a);
+/* Is `a` an address of this host (any address, loopback, or bindable)? */
+bool sov_addr_is_local(const struct sockaddr *a, socklen_t len);
 void sov_addr_set_port(struct sockaddr_storage *a, uint16_t port);
 VIP_NET_ADDRESS *sov_vi_address(const struct sockaddr *a);
 int sov_sockaddr_from_vi(const VIP_NET_ADDRESS *va, int domain, struct sockaddr_storage *out,
@@ -254,6 +259,8 @@ int sov_flush(struct sov_sock *s, bool may_block);
 int sov_send_fin(struct sov_sock *s);
 void sov_repost_deferred(struct sov_conn *c);
 int sov_wait(struct sov_sock *s, uint64_t *spun_since); /* 0, -EINTR */
+/* How long a poller spins before it sleeps (the process's wait mode). */
+uint64_t sov_poll_spin_ns(void);
 
 /* handler.c: HANDLER and NOTIFY strategies */
 int sov_handling_start(void);

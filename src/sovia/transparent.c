@@ -157,6 +157,8 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
     return 0;
 }
 
+static void fall_back(struct sov_sock *s);
+
 /* Caller holds s->lock. Paired once the peer's WAKEUP opened our window
  * (and, on the client, ours answered it). */
 enum sov_tp_state sov_tp_settle(struct sov_sock *s)
@@ -172,8 +174,10 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
         sov_conn_established(s);
         return SOV_TP_PAIRED;
     }
-    if (c->reset)
-        return SOV_TP_FALL_BACK;
+    if (c->reset) {
+        fall_back(s);
+        return SOV_TP_FELL_BACK;
+    }
     if (!c->tentative_since_ns)
         return SOV_TP_PENDING; /* the server waits for the client's answer */
     /* The server speaking (or closing) on the kernel socket means it did
@@ -183,14 +187,16 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
     /* The system call itself: poll() is the preload's, which would come back
      * here for this very socket. */
     if (syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0 ||
-        sov_now_ns() - c->tentative_since_ns > pair_timeout_ns())
-        return SOV_TP_FALL_BACK;
+        sov_now_ns() - c->tentative_since_ns > pair_timeout_ns()) {
+        fall_back(s);
+        return SOV_TP_FELL_BACK;
+    }
     return SOV_TP_PENDING;
 }
 
 /* Caller holds s->lock; returns with it released. The descriptor stays
  * open as the plain kernel socket it always was. */
-void sov_tp_fall_back(struct sov_sock *s)
+static void fall_back(struct sov_sock *s)
 {
     atomic_fetch_add(&sov_g.tp_fell_back, 1);
     sov_pairing_remove(s);
@@ -270,5 +276,5 @@ void sov_tp_drop_stale(int fd)
         sov_release(s);
         return;
     }
-    sov_tp_fall_back(s);
+    fall_back(s);
 }

@@ -11,7 +11,7 @@
 
 struct sov_sock;
 
-enum sov_tp_state { SOV_TP_PAIRED, SOV_TP_PENDING, SOV_TP_FALL_BACK };
+enum sov_tp_state { SOV_TP_PAIRED, SOV_TP_PENDING, SOV_TP_FELL_BACK };
 
 /* Client: a tentative sovia connection from `local` (the kernel socket's
  * bound address) to `peer`, before the kernel connect. -ECONNREFUSED when
@@ -31,11 +31,11 @@ void sov_tp_unlisten(struct sov_sock *l);
  * the client does not run sovia. */
 int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool nonblock);
 
-/* A tentative client connection (caller holds the socket's lock). After
- * SOV_TP_FALL_BACK call sov_tp_fall_back, which unlocks and unpublishes:
- * the descriptor is plain kernel TCP from then on. */
+/* Where a connection stands (caller holds the socket's lock; PAIRED at
+ * once unless it awaits pairing). SOV_TP_FELL_BACK: the socket was
+ * unpublished and its lock released; the descriptor is plain kernel TCP
+ * from then on. */
 enum sov_tp_state sov_tp_settle(struct sov_sock *s);
-void sov_tp_fall_back(struct sov_sock *s);
 
 /* Descriptor bookkeeping. */
 int sov_tp_dup(int oldfd, int newfd);

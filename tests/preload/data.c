@@ -700,13 +700,9 @@ int main(void)
     p_init("data");
     p_case("calls", calls_server, calls_client, P_CARRIED);
     p_case("peek", peek_server, peek_client, P_CARRIED);
-    p_case_known_bug("peek_recvmsg_iov", peek_iov_server, peek_iov_client, P_CARRIED,
-                     "BUG preload/recvmsg-iov-flags: recvmsg(MSG_PEEK) with 2 iovecs "
-                     "fills the second buffer with the same first bytes again");
+    p_case("peek_recvmsg_iov", peek_iov_server, peek_iov_client, P_CARRIED);
     p_case("waitall", waitall_server, waitall_client, P_CARRIED);
-    p_case_known_bug("waitall_recvmsg_iov", waitall_iov_server, waitall_iov_client, P_CARRIED,
-                     "BUG preload/recvmsg-iov-flags: recvmsg(MSG_WAITALL) with 2 iovecs "
-                     "returns after the first buffer is full");
+    p_case("waitall_recvmsg_iov", waitall_iov_server, waitall_iov_client, P_CARRIED);
     p_case("dontwait", dontwait_server, dontwait_client, P_CARRIED);
     p_case("stream_8mib", stream_server, stream_client, P_CARRIED);
     p_case("sendfile", sendfile_server, sendfile_client, P_CARRIED);
