@@ -58,6 +58,8 @@ typedef struct {
     VIP_UINT64 DroppedNoRecv;   /* unreliable sends dropped: no receive posted */
     VIP_UINT64 StagedRecvs;     /* receives that went through the staging area */
     VIP_UINT64 PeerProtocolErrors; /* invalid values read from the peer */
+    VIP_UINT64 PeerClosed; /* 1: the connection ended because every process on the
+                            * other side closed it or exited (no error reported) */
 } VIPX_VI_STATS;
 
 VIP_RETURN VipxQueryViStats(VIP_VI_HANDLE ViHandle, VIPX_VI_STATS *Stats);
@@ -97,6 +99,21 @@ VIP_RETURN VipxUnlisten(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS *LocalAddr);
 
 /* A static string naming a VIP_RETURN code ("VIP_SUCCESS", ...). */
 const char *VipxReturnString(VIP_RETURN Code);
+
+/*
+ * Connections held by several processes (fork). After fork() the child has
+ * a copy of every VI; VipxNicAfterFork, called in the child, restarts the
+ * provider's background threads for them. VipxViShare tells the provider
+ * that this connected VI is now held by more than one process: the end of
+ * this process no longer ends the connection, only the last holder's does.
+ * VipxViRelease is how one holder lets go of a shared connected VI: the VI
+ * is destroyed in this process (its posted descriptors are forgotten, not
+ * completed) and the peer is told nothing; the peer sees the connection end
+ * (PeerClosed in VipxQueryViStats) when the last holder releases it or exits.
+ */
+VIP_RETURN VipxNicAfterFork(VIP_NIC_HANDLE NicHandle);
+VIP_RETURN VipxViShare(VIP_VI_HANDLE ViHandle);
+VIP_RETURN VipxViRelease(VIP_VI_HANDLE ViHandle);
 
 /*
  * Builds a VIP_NET_ADDRESS from a host address and a discriminator in

@@ -1,9 +1,9 @@
 /*
- * process.c - fork. The child inherits the parent's memory, so its view of
- * each connection is the parent's at the fork; sovia's threads do not
- * survive, and are restarted on demand. A shadow listener's accept queue
- * stays with the parent: a child accepting on the inherited socket pairs
- * nothing, and its clients fall back to kernel TCP (transparent.c).
+ * process.c - fork. The sockets layer shares every connection between
+ * parent and child (docs/SOCKETS.md, "Processes"); what is left here is the
+ * preload's own state. A shadow listener's accept queue stays with the
+ * parent: a child accepting on the inherited socket pairs nothing, and its
+ * clients fall back to kernel TCP (transparent.c).
  */
 #include <pthread.h>
 #include <unistd.h>
@@ -13,8 +13,7 @@
 
 static void child_after_fork(void)
 {
-    listeners_after_fork_child();
-    sov_after_fork_child();
+    listeners_after_fork_child(); /* the sockets layer's own handlers do the rest */
 }
 
 __attribute__((constructor)) static void install_fork_handlers(void)

@@ -63,7 +63,12 @@ static void do_init(void)
     sov_g.event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (sov_g.event_fd < 0)
         return;
-    atexit(sov_atexit);
+    static bool handlers_installed; /* a forked child may initialize again */
+    if (!handlers_installed) {
+        atexit(sov_atexit);
+        pthread_atfork(sov_before_fork, NULL, sov_after_fork_child);
+        handlers_installed = true;
+    }
     init_err = 0;
 }
 
@@ -380,13 +385,50 @@ SOV_EXPORT int sov_getpeername(int fd, struct sockaddr *addr, socklen_t *addrlen
     return err ? fail(err) : 0;
 }
 
+/*
+ * Before fork: every connection becomes shared by parent and child. What a
+ * connection holds back in this process (combined bytes, a deferred repost)
+ * goes out now, or both copies would send or post it after the fork. The
+ * provider tells each peer that our pid's end no longer ends the connection.
+ */
+void sov_before_fork(void)
+{
+    for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {
+        struct sov_sock *s = sov_lookup(fd);
+        if (!s)
+            continue; /* a dup'ed socket is seen again: c->shared says so */
+        sov_lock(&s->lock);
+        struct sov_conn *c = s->conn;
+        if (!s->dead && s->kind == SK_CONNECTED && c && !c->shared) {
+            sov_progress(s);
+            if (c->clen && !c->reset)
+                sov_flush(s, true);
+            c = s->conn;
+            sov_repost_deferred(c);
+            VIP_VI_STATE st;
+            if (VipQueryVi(c->vi, &st, NULL, NULL, NULL) == VIP_SUCCESS &&
+                st == VIP_STATE_CONNECTED)
+                VipxViShare(c->vi);
+            c->shared = true;
+        }
+        sov_unlock(&s->lock);
+    }
+}
+
 /* In a forked child: the parent's threads are gone; they start again when
  * needed. (A lock one of them held at the fork stays held: a known limit
- * of forking a threaded process, as for any library.) */
+ * of forking a threaded process, as for any library.) Connections the
+ * parent was closing or pairing stay the parent's business. */
 void sov_after_fork_child(void)
 {
     sov_g.service_running = false;
     sov_g.handler_running = false;
+    for (struct sov_sock *s = sov_g.closing; s; s = s->next_closing)
+        atomic_fetch_sub(&sov_g.open_conns, 1);
+    sov_g.closing = NULL;
+    sov_g.pairing = NULL;
+    if (sov_g.nic && atomic_load(&sov_g.open_conns))
+        VipxNicAfterFork(sov_g.nic);
     if (atomic_load(&sov_g.open_conns) == 0 && !sov_g.pairing) {
         /* Nothing of the parent's to keep using: the next connection gets a
          * NIC and CQ of this process (the parent's are left alone). */

@@ -21,7 +21,7 @@
 static bool close_done(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
-    return c->reset || (c->wr_shut && c->fin_acked && c->peer_fin);
+    return c->reset || c->peer_gone || (c->wr_shut && c->fin_acked && c->peer_fin);
 }
 
 /* One pass over the closing sockets; true if any remain. */
@@ -237,9 +237,15 @@ void sov_close_connected(struct sov_sock *s)
     struct sov_conn *c = s->conn;
     sov_progress(s);
     /* An unpaired sovia run connection has nobody to say FIN to yet. */
-    bool abort = c->rx_bytes || c->reset || s->tp_waiting ||
+    bool abort = c->rx_bytes || c->reset || c->peer_gone || s->tp_waiting ||
                  (s->linger.l_onoff && s->linger.l_linger == 0);
     s->app_closed = true;
+    /* Another process may still hold a shared connection: only our copy
+     * goes, after what we combined (the FIN is the last holder's exit). */
+    if (c->shared && !abort) {
+        sov_flush(s, true);
+        abort = true;
+    }
     if (abort) {
         sov_unlock(&s->lock);
         sov_conn_detach_handling(s);

@@ -117,16 +117,20 @@ fail:
     return NULL;
 }
 
-/* Tears the connection down at once (the peer sees ECONNRESET). */
+/* Tears the connection down at once (the peer sees ECONNRESET), or lets
+ * go of this process's copy of a shared one. */
 void sov_conn_destroy(struct sov_conn *c)
 {
     if (!c)
         return;
     atomic_fetch_add(&sov_g.bytes_sent, c->stats.bytes_sent);
     atomic_fetch_add(&sov_g.bytes_received, c->stats.bytes_received);
-    if (c->vi) {
-        VIP_VI_STATE st;
+    VIP_VI_STATE st = VIP_STATE_IDLE;
+    if (c->vi)
         VipQueryVi(c->vi, &st, NULL, NULL, NULL);
+    if (c->vi && c->shared && st == VIP_STATE_CONNECTED) {
+        VipxViRelease(c->vi); /* other holders keep the connection */
+    } else if (c->vi) {
         if (st == VIP_STATE_CONNECTED || st == VIP_STATE_ERROR)
             VipDisconnect(c->vi);
         VIP_DESCRIPTOR *d;
@@ -143,6 +147,25 @@ void sov_conn_destroy(struct sov_conn *c)
     free(c->cbuf);
     free(c->recvq);
     free(c);
+}
+
+/*
+ * The VI failed under us: a reset, unless the other side had ended its
+ * stream first (its FIN came: TCP's reset in CLOSE_WAIT is EPIPE) or every
+ * process there closed or exited without one (PeerClosed): then it is an
+ * orderly end. -ECONNRESET or -EPIPE.
+ */
+int sov_conn_lost(struct sov_conn *c)
+{
+    VIPX_VI_STATS st;
+    if (!c->reset && (c->peer_fin || (VipxQueryViStats(c->vi, &st) == VIP_SUCCESS &&
+                                      st.PeerClosed))) {
+        c->peer_fin = true;
+        c->peer_gone = true;
+    } else {
+        c->reset = true;
+    }
+    return c->reset ? -ECONNRESET : -EPIPE;
 }
 
 /* Sends one packet and reaps its completion. Every packet carries the
@@ -175,19 +198,15 @@ int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uin
         d->DS[0].Local.Handle = mh;
         d->DS[0].Local.Length = len;
     }
-    if (VipPostSend(c->vi, d, c->desc_mh) != VIP_SUCCESS) {
-        c->reset = true;
-        return -ECONNRESET;
-    }
+    if (VipPostSend(c->vi, d, c->desc_mh) != VIP_SUCCESS)
+        return sov_conn_lost(c);
     /* The caller's memory (registered sends) is free only once the send
      * completed: the shm provider completes it inside VipPostSend, a
      * provider with a real NIC later. */
     while (!(__atomic_load_n(&d->CS.Status, __ATOMIC_ACQUIRE) & VIP_STATUS_DONE))
         __builtin_ia32_pause();
-    if (d->CS.Status & VIP_STATUS_ERROR_MASK) {
-        c->reset = true;
-        return -ECONNRESET;
-    }
+    if (d->CS.Status & VIP_STATUS_ERROR_MASK)
+        return sov_conn_lost(c);
     if (type != PKT_WAKEUP)
         c->to_ack = 0;
     if (acks && type == PKT_DATA)

@@ -29,6 +29,9 @@ static int repost(struct sov_conn *c, unsigned i)
     d->CS.SegCount = 1;
     d->DS[0].Local.Length = (VIP_UINT32)c->cfg.mtu;
     if (VipPostRecv(c->vi, d, c->desc_mh) != VIP_SUCCESS) {
+        VIP_VI_STATE st;
+        if (VipQueryVi(c->vi, &st, NULL, NULL, NULL) == VIP_SUCCESS && st == VIP_STATE_ERROR)
+            return sov_conn_lost(c);
         abort_conn(c);
         return -ECONNRESET;
     }
@@ -78,7 +81,7 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
         return; /* not ours: cannot happen with a sane provider */
     uint32_t status = d->CS.Status;
     if (status & VIP_STATUS_ERROR_MASK) {
-        c->reset = true; /* flushed: the VI broke or the peer disconnected */
+        sov_conn_lost(c); /* flushed: the VI broke or the other side is gone */
         return;
     }
     uint32_t imm = d->CS.ImmediateData;
@@ -265,6 +268,8 @@ static int wait_credit(struct sov_sock *s, bool nonblock)
     while (c->credits == 0) {
         if (c->reset)
             return -ECONNRESET;
+        if (c->peer_gone)
+            return -EPIPE;
         sov_progress(s);
         if (c->credits)
             break;
@@ -344,7 +349,7 @@ static int send_error(struct sov_sock *s)
         }
         return -EPIPE;
     }
-    return c->wr_shut ? -EPIPE : 0;
+    return c->wr_shut || c->peer_gone ? -EPIPE : 0;
 }
 
 /* A cursor over the caller's iovec. */
@@ -462,9 +467,9 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
             }
         }
         if (rc) {
-            if (sent && (rc == -EAGAIN || rc == -EINTR || rc == -ECONNRESET))
+            if (sent && (rc == -EAGAIN || rc == -EINTR || rc == -ECONNRESET || rc == -EPIPE))
                 return (ssize_t)sent; /* the error shows on the next call, as TCP */
-            return rc == -ECONNRESET ? send_error(s) : rc;
+            return rc == -ECONNRESET || rc == -EPIPE ? send_error(s) : rc;
         }
         sent += (size_t)n;
         if (sent >= SSIZE_MAX - c->send_mtu)

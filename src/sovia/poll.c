@@ -41,11 +41,12 @@ short sov_sock_revents(struct sov_sock *s, short events)
         /* Writable: the window is open, or a small send could still be
          * combined (only when combining is on). */
         bool combining = c->cfg.combine && !s->nodelay && c->clen < c->send_mtu;
-        if ((c->credits || combining) && !c->wr_shut && !c->reset)
+        /* A gone peer: writable, as TCP after a FIN; the write says EPIPE. */
+        if ((c->credits || combining || c->peer_gone) && !c->wr_shut && !c->reset)
             r |= POLLOUT | POLLWRNORM;
         if (c->peer_fin)
             r |= POLLRDHUP;
-        if (c->reset || (c->peer_fin && c->wr_shut))
+        if (c->reset || c->peer_gone || (c->peer_fin && c->wr_shut))
             r |= POLLHUP;
         if ((c->reset && !c->reset_told) || s->so_error)
             r |= POLLERR;

@@ -108,6 +108,14 @@ struct sov_conn {
     bool peer_fin;    /* the peer's FIN arrived: end of stream after recvq */
     bool reset;       /* the connection broke: ECONNRESET */
     bool reset_told;  /* ECONNRESET was reported once */
+    /* Every process on the other side closed or exited without a FIN (the
+     * VI ended with PeerClosed): end of stream, as TCP's FIN; sends fail
+     * with EPIPE. */
+    bool peer_gone;
+    /* Held by more than one process since a fork: closing lets go of this
+     * process's copy (VipxViRelease) and says nothing to the peer, whose
+     * stream ends when the last holder lets go. */
+    bool shared;
     /* sovia run: the client's connection waits for the server's accept()
      * to pair it with the kernel connection (docs/ARCHITECTURE.md). */
     bool tentative;
@@ -189,6 +197,7 @@ extern struct sov_global sov_g;
 
 /* api.c / table.c */
 int sov_init(void); /* once per process; 0 or -errno */
+void sov_before_fork(void);
 void sov_after_fork_child(void);
 /* The socket behind fd, locked; NULL with errno EBADF or ENOTSOCK. */
 struct sov_sock *sov_acquire(int fd);
@@ -237,6 +246,7 @@ void sov_copy_addr(const struct sockaddr_storage *from, socklen_t from_len,
 struct sov_conn *sov_conn_create(const struct sov_config *cfg, int *err);
 void sov_conn_destroy(struct sov_conn *c);
 int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type);
+int sov_conn_lost(struct sov_conn *c); /* the VI failed: -ECONNRESET or -EPIPE */
 int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,
                     VIP_MEM_HANDLE mh);
 int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);

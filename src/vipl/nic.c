@@ -96,6 +96,19 @@ VIPL_EXPORT VIP_RETURN VipQuerySystemManagementInfo(VIP_NIC_HANDLE NicHandle,
     return VIP_ERROR_NOT_SUPPORTED;
 }
 
+/* In a forked child: the NIC's locks may have been held by a thread that
+ * does not exist here, and the provider's threads are gone. */
+VIPL_EXPORT VIP_RETURN VipxNicAfterFork(VIP_NIC_HANDLE NicHandle)
+{
+    struct vipl_nic *nic = nic_of(NicHandle);
+    if (!nic)
+        return VIP_INVALID_PARAMETER;
+    pthread_mutex_init(&nic->lock, NULL);
+    if (nic->prov->after_fork)
+        nic->prov->after_fork(nic);
+    return VIP_SUCCESS;
+}
+
 VIPL_EXPORT VIP_RETURN VipxSetWaitSpin(VIP_NIC_HANDLE NicHandle, VIP_ULONG Microseconds)
 {
     struct vipl_nic *nic = nic_of(NicHandle);

@@ -191,6 +191,11 @@ struct vipl_provider {
     VIP_RETURN (*unlisten)(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
     /* A descriptor that polls readable when an armed CQ may have work. */
     int (*cq_wait_fd)(struct vipl_cq *cq);
+
+    /* Connections held by several processes (VipxViShare & co.). */
+    void (*after_fork)(struct vipl_nic *nic);   /* in the child */
+    VIP_RETURN (*share_vi)(struct vipl_vi *vi);  /* connected VIs only */
+    void (*release_vi)(struct vipl_vi *vi);      /* drop the connection locally */
 };
 
 extern const struct vipl_provider *const vipl_providers[];

@@ -86,22 +86,10 @@ VIPL_EXPORT VIP_RETURN VipCreateVi(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES *
     return VipxCreateVi(NicHandle, ViAttribs, SendCQHandle, RecvCQHandle, NULL, ViHandle);
 }
 
-VIPL_EXPORT VIP_RETURN VipDestroyVi(VIP_VI_HANDLE ViHandle)
+/* Unlinks and frees a VI whose connection is already let go of. */
+static void free_vi(struct vipl_vi *vi)
 {
-    struct vipl_vi *vi = vi_of(ViHandle);
-    if (!vi)
-        return VIP_INVALID_PARAMETER;
     struct vipl_nic *nic = vi->nic;
-    int state = vipl_vi_state(vi);
-    if (state != VIP_STATE_IDLE && state != VIP_STATE_ERROR)
-        return VIP_INVALID_STATE;
-    if (!nic->prov->queue_empty(vi, VIPL_SENDQ) || !nic->prov->queue_empty(vi, VIPL_RECVQ))
-        return VIP_INVALID_STATE;
-    vipl_notify_destroy(&vi->send_notify, vi, VIPL_SENDQ);
-    vipl_notify_destroy(&vi->recv_notify, vi, VIPL_RECVQ);
-    if (state == VIP_STATE_ERROR)
-        nic->prov->disconnect(vi); /* releases what the broken connection held */
-
     pthread_mutex_lock(&nic->lock);
     for (struct vipl_vi **p = &nic->vis; *p; p = &(*p)->next)
         if (*p == vi) {
@@ -118,6 +106,51 @@ VIPL_EXPORT VIP_RETURN VipDestroyVi(VIP_VI_HANDLE ViHandle)
     if (vi->recv_cq)
         atomic_fetch_sub(&vi->recv_cq->attached, 1);
     vipl_pool_put(&nic->vi_pool, vi);
+}
+
+VIPL_EXPORT VIP_RETURN VipDestroyVi(VIP_VI_HANDLE ViHandle)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi)
+        return VIP_INVALID_PARAMETER;
+    struct vipl_nic *nic = vi->nic;
+    int state = vipl_vi_state(vi);
+    if (state != VIP_STATE_IDLE && state != VIP_STATE_ERROR)
+        return VIP_INVALID_STATE;
+    if (!nic->prov->queue_empty(vi, VIPL_SENDQ) || !nic->prov->queue_empty(vi, VIPL_RECVQ))
+        return VIP_INVALID_STATE;
+    vipl_notify_destroy(&vi->send_notify, vi, VIPL_SENDQ);
+    vipl_notify_destroy(&vi->recv_notify, vi, VIPL_RECVQ);
+    if (state == VIP_STATE_ERROR)
+        nic->prov->disconnect(vi); /* releases what the broken connection held */
+    free_vi(vi);
+    return VIP_SUCCESS;
+}
+
+VIPL_EXPORT VIP_RETURN VipxViShare(VIP_VI_HANDLE ViHandle)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi)
+        return VIP_INVALID_PARAMETER;
+    if (vipl_vi_state(vi) != VIP_STATE_CONNECTED)
+        return VIP_INVALID_STATE;
+    return vi->nic->prov->share_vi ? vi->nic->prov->share_vi(vi) : VIP_ERROR_NOT_SUPPORTED;
+}
+
+/* Like VipDestroyVi, but a connected VI keeps its connection for the other
+ * processes holding it: posted descriptors are forgotten, nothing is sent. */
+VIPL_EXPORT VIP_RETURN VipxViRelease(VIP_VI_HANDLE ViHandle)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi)
+        return VIP_INVALID_PARAMETER;
+    struct vipl_nic *nic = vi->nic;
+    if (!nic->prov->release_vi)
+        return VIP_ERROR_NOT_SUPPORTED;
+    vipl_notify_destroy(&vi->send_notify, vi, VIPL_SENDQ);
+    vipl_notify_destroy(&vi->recv_notify, vi, VIPL_RECVQ);
+    nic->prov->release_vi(vi);
+    free_vi(vi);
     return VIP_SUCCESS;
 }
 

@@ -707,9 +707,7 @@ int main(void)
     p_case("stream_8mib", stream_server, stream_client, P_CARRIED);
     p_case("sendfile", sendfile_server, sendfile_client, P_CARRIED);
     p_case("eof_after_peer_close", closer_server, eof_client, P_CARRIED);
-    p_case_known_bug("epipe_after_peer_close", closer_server, epipe_client, P_CARRIED,
-                     "BUG sovia/econnreset-after-close: sending after the peer's close() "
-                     "fails with ECONNRESET; Linux TCP gives EPIPE (a reset in CLOSE_WAIT)");
+    p_case("epipe_after_peer_close", closer_server, epipe_client, P_CARRIED);
     p_case("peer_exit_eof", exiter_server, exiter_client, P_CARRIED);
     p_case("shutdown", shut_server, shut_client, P_CARRIED);
     p_case("close_unread_resets", reset_server, reset_client, P_CARRIED);

@@ -69,6 +69,7 @@ enum shm_msg_type {
     SHM_MSG_REJECT,
     SHM_MSG_DISCONNECT,
     SHM_MSG_BROKEN,
+    SHM_MSG_SHARED, /* another process holds our end too (fork): stop watching our pid */
 };
 
 struct shm_msg {
@@ -151,6 +152,7 @@ struct shm_vi {
     struct shm_peer *peer; /* NULL unless connected (changes under sq_lock) */
     VIPX_VI_STATS stats;
     bool agent_watched;
+    bool shared; /* SHM_MSG_SHARED sent (sq_lock) */
 };
 
 struct shm_cq {
@@ -254,6 +256,8 @@ VIP_RETURN shm_connect_request(struct vipl_vi *vi, const VIP_NET_ADDRESS *local,
                                const VIP_NET_ADDRESS *remote, const struct timespec *deadline,
                                VIP_VI_ATTRIBUTES *rattrs);
 VIP_RETURN shm_disconnect(struct vipl_vi *vi);
+VIP_RETURN shm_share_vi(struct vipl_vi *vi);
+void shm_release_vi(struct vipl_vi *vi);
 VIP_RETURN shm_listen(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
 VIP_RETURN shm_unlisten(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
 void shm_close_listeners(struct shm_nic *snic);
@@ -265,5 +269,7 @@ struct shm_agent *shm_agent_start(void);
 void shm_agent_stop(struct shm_agent *agent);
 int shm_agent_watch(struct shm_agent *agent, struct shm_vi *vi);
 void shm_agent_unwatch(struct shm_agent *agent, struct shm_vi *vi);
+/* In a forked child: a fresh agent watching the NIC's connected VIs. */
+struct shm_agent *shm_agent_after_fork(struct shm_agent *old, struct vipl_nic *nic);
 
 #endif /* SHM_H */

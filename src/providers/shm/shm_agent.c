@@ -7,7 +7,10 @@
  *
  * Each watched VI contributes its connection socket and a pidfd of the peer
  * process (the socket alone misses a death when a forked child still holds
- * it). Events are taken one at a time and checked against the set of VIs
+ * it by accident). A peer that shares its end with a child on purpose says
+ * so (SHM_MSG_SHARED, VipxViShare): its pid is no longer watched, and the
+ * connection ends when the socket reaches end-of-file, after the last
+ * holder. Events are taken one at a time and checked against the set of VIs
  * still watched, under a lock that unwatch also takes, so a VI is never
  * touched after it was torn down.
  */
@@ -39,30 +42,46 @@ static bool is_watched(struct shm_agent *a, struct shm_vi *vi)
     return false;
 }
 
-/* Reads what the peer sent; true when the connection is gone. */
-static bool socket_says_lost(int sock, uint32_t events)
+enum peer_news { PEER_ALIVE, PEER_CLOSED, PEER_BROKEN };
+
+static void stop_watching_pid(struct shm_agent *a, struct shm_peer *peer)
 {
-    if (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))
-        return true;
+    if (peer->pidfd >= 0) {
+        epoll_ctl(a->epfd, EPOLL_CTL_DEL, peer->pidfd, NULL);
+        close(peer->pidfd);
+        peer->pidfd = -1;
+    }
+}
+
+/* Reads what the peer sent. End-of-file without a notice is the last
+ * holder on the other side closing or exiting: an orderly end. */
+static enum peer_news read_socket(struct shm_agent *a, struct shm_peer *peer, uint32_t events)
+{
     for (;;) {
         struct shm_msg m;
         char cbuf[CMSG_SPACE(sizeof(int) * 8)];
         struct iovec iov = {&m, sizeof(m)};
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
                             .msg_controllen = sizeof(cbuf)};
-        ssize_t n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-        if (n < 0)
-            return errno != EAGAIN && errno != EINTR;
+        ssize_t n = recvmsg(peer->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                return PEER_CLOSED;
+            return events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP) ? PEER_CLOSED : PEER_ALIVE;
+        }
         if (n == 0)
-            return true;
+            return PEER_CLOSED;
         /* Nothing is expected with descriptors now: drop any. */
         for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
             if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
                 for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++)
                     close(((int *)CMSG_DATA(c))[i]);
-        if (n == (ssize_t)sizeof(m) && m.magic == SHM_MAGIC &&
-            (m.type == SHM_MSG_DISCONNECT || m.type == SHM_MSG_BROKEN))
-            return true;
+        if (n != (ssize_t)sizeof(m) || m.magic != SHM_MAGIC)
+            continue;
+        if (m.type == SHM_MSG_DISCONNECT || m.type == SHM_MSG_BROKEN)
+            return PEER_BROKEN;
+        if (m.type == SHM_MSG_SHARED)
+            stop_watching_pid(a, peer);
     }
 }
 
@@ -94,10 +113,18 @@ static void *agent_thread(void *arg)
         struct shm_vi *vi = (struct shm_vi *)(uintptr_t)(ev.data.u64 & ~(uint64_t)PIDFD_TAG);
         bool pid = ev.data.u64 & PIDFD_TAG;
         pthread_mutex_lock(&a->lock);
-        if (is_watched(a, vi) && vi->peer &&
-            (pid || socket_says_lost(vi->peer->sock, ev.events))) {
-            unwatch_locked(a, vi);
-            vipl_vi_fail(&vi->core, VIP_ERROR_CONN_LOST, NULL);
+        if (is_watched(a, vi) && vi->peer) {
+            /* The socket first: a SHARED notice may stand before the death. */
+            enum peer_news news = read_socket(a, vi->peer, pid ? 0 : ev.events);
+            if (news == PEER_ALIVE && pid && vi->peer->pidfd >= 0)
+                news = PEER_CLOSED;
+            if (news != PEER_ALIVE) {
+                unwatch_locked(a, vi);
+                shm_lock(&vi->sq_lock);
+                vi->stats.PeerClosed = news == PEER_CLOSED;
+                shm_unlock(&vi->sq_lock);
+                vipl_vi_fail(&vi->core, VIP_ERROR_CONN_LOST, NULL);
+            }
         }
         pthread_mutex_unlock(&a->lock);
     }
@@ -138,6 +165,8 @@ fail:
 
 void shm_agent_stop(struct shm_agent *a)
 {
+    if (!a)
+        return;
     uint64_t one = 1;
     if (write(a->stopfd, &one, sizeof(one)) == sizeof(one))
         pthread_join(a->thread, NULL);
@@ -148,8 +177,29 @@ void shm_agent_stop(struct shm_agent *a)
     free(a);
 }
 
+struct shm_agent *shm_agent_after_fork(struct shm_agent *old, struct vipl_nic *nic)
+{
+    /* The old agent's thread is the parent's; its epoll set is shared with
+     * the parent, so it is only closed here, never changed. */
+    close(old->epfd);
+    close(old->stopfd);
+    free(old->watched);
+    free(old);
+    struct shm_agent *a = shm_agent_start();
+    for (struct vipl_vi *cvi = nic->vis; cvi; cvi = cvi->next) {
+        struct shm_vi *vi = shm_vi(cvi);
+        bool was_watched = vi->agent_watched;
+        vi->agent_watched = false;
+        if (a && was_watched && vi->peer)
+            shm_agent_watch(a, vi);
+    }
+    return a;
+}
+
 int shm_agent_watch(struct shm_agent *a, struct shm_vi *vi)
 {
+    if (!a)
+        return -1; /* a forked child that could not start one */
     pthread_mutex_lock(&a->lock);
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 16;
@@ -179,6 +229,8 @@ int shm_agent_watch(struct shm_agent *a, struct shm_vi *vi)
 
 void shm_agent_unwatch(struct shm_agent *a, struct shm_vi *vi)
 {
+    if (!a)
+        return;
     pthread_mutex_lock(&a->lock);
     if (vi->agent_watched)
         unwatch_locked(a, vi);

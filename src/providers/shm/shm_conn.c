@@ -503,23 +503,52 @@ void shm_conn_notify(struct shm_peer *peer, enum shm_msg_type type)
     send_msg(peer->sock, &m, NULL, 0);
 }
 
-VIP_RETURN shm_disconnect(struct vipl_vi *cvi)
+/* Takes the peer away from the VI (the agent first, so it never sees a
+ * freed peer) and lets go of it, telling it `notice` unless 0. */
+static void peer_drop(struct shm_vi *vi, enum shm_msg_type notice)
 {
-    struct shm_vi *vi = shm_vi(cvi);
-    struct shm_nic *snic = shm_nic(cvi->nic);
-    shm_agent_unwatch(snic->agent, vi);
+    shm_agent_unwatch(shm_nic(vi->core.nic)->agent, vi);
     shm_lock(&vi->sq_lock);
     struct shm_peer *peer = vi->peer;
     vi->peer = NULL;
     shm_unlock(&vi->sq_lock);
-    if (peer) {
-        shm_conn_notify(peer, SHM_MSG_DISCONNECT);
-        close(peer->sock);
-        if (peer->pidfd >= 0)
-            close(peer->pidfd);
-        shm_peer_unmap(peer);
-        free(peer);
+    if (!peer)
+        return;
+    if (notice)
+        shm_conn_notify(peer, notice);
+    close(peer->sock);
+    if (peer->pidfd >= 0)
+        close(peer->pidfd);
+    shm_peer_unmap(peer);
+    free(peer);
+}
+
+/* The peer hears of a second holder before it could see this process go,
+ * because the notice is queued on the connection socket ahead of any
+ * end-of-file and the agent reads the socket before it trusts a pidfd. */
+VIP_RETURN shm_share_vi(struct vipl_vi *cvi)
+{
+    struct shm_vi *vi = shm_vi(cvi);
+    shm_lock(&vi->sq_lock);
+    if (vi->peer && !vi->shared) {
+        shm_conn_notify(vi->peer, SHM_MSG_SHARED);
+        vi->shared = true;
     }
+    shm_unlock(&vi->sq_lock);
+    return VIP_SUCCESS;
+}
+
+/* Our references go (mappings, descriptors); the peer is told nothing. Its
+ * connection socket reaches end-of-file when the last holder lets go. */
+void shm_release_vi(struct vipl_vi *cvi)
+{
+    peer_drop(shm_vi(cvi), 0);
+}
+
+VIP_RETURN shm_disconnect(struct vipl_vi *cvi)
+{
+    struct shm_vi *vi = shm_vi(cvi);
+    peer_drop(vi, SHM_MSG_DISCONNECT);
     /* Fresh segments: whatever the old peer still maps is no longer ours. */
     shm_rq_flush_all(vi);
     if (shm_vi_segments_create(vi) != 0)

@@ -43,6 +43,13 @@ static void shm_close_nic(struct vipl_nic *nic)
     free(snic);
 }
 
+static void shm_after_fork(struct vipl_nic *nic)
+{
+    struct shm_nic *snic = shm_nic(nic);
+    pthread_mutex_init(&snic->lock, NULL);
+    snic->agent = shm_agent_after_fork(snic->agent, nic);
+}
+
 static void shm_query_nic(struct vipl_nic *nic, VIP_NIC_ATTRIBUTES *a)
 {
     (void)nic;
@@ -105,4 +112,7 @@ const struct vipl_provider vipl_provider_shm = {
     .listen = shm_listen,
     .unlisten = shm_unlisten,
     .cq_wait_fd = shm_cq_wait_fd,
+    .after_fork = shm_after_fork,
+    .share_vi = shm_share_vi,
+    .release_vi = shm_release_vi,
 };
