@@ -27,11 +27,16 @@ extern "C" {
  * ArenaBytes   zero-copy receive arena (default 0: none). Receive buffers
  *              placed inside it are written by the sender directly; see
  *              VipxViArena.
+ * Flags        VIPX_VI_INHERITABLE: the VI keeps what VipxViExport needs
+ *              (the shm provider: six more descriptors per connection).
  */
+#define VIPX_VI_INHERITABLE 1u
+
 typedef struct {
     VIP_ULONG QueueDepth;
     VIP_ULONG StagingBytes;
     VIP_ULONG ArenaBytes;
+    VIP_ULONG Flags;
 } VIPX_VI_CONFIG;
 
 VIP_RETURN VipxCreateVi(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES *ViAttribs,
@@ -114,6 +119,57 @@ const char *VipxReturnString(VIP_RETURN Code);
 VIP_RETURN VipxNicAfterFork(VIP_NIC_HANDLE NicHandle);
 VIP_RETURN VipxViShare(VIP_VI_HANDLE ViHandle);
 VIP_RETURN VipxViRelease(VIP_VI_HANDLE ViHandle);
+
+/*
+ * Handing a connected VI to the next program image (exec). The state is
+ * provider data plus descriptors; the caller keeps the descriptors open
+ * across exec (clears FD_CLOEXEC) and passes the rest as it likes.
+ *
+ * VipxViExport describes an inheritable connected VI whose send queue is
+ * empty (every send reaped) and whose posted receives all lie in its arena:
+ * PostedOffsets[] gets the arena offset of each receive still posted, in
+ * posting order (*NumPosted: capacity in, count out). Nothing changes for
+ * the VI; stop using it after the export.
+ *
+ * VipxViImport rebuilds it, connected, in this image: same attributes and
+ * arena (at a new address: see VipxViArena), attached to RecvCQ. Then
+ * VipxViImportRecv, once per exported posted receive and in the same order,
+ * gives each its new descriptor (a receive of the same arena offset and
+ * length); completions the peer wrote meanwhile are delivered as usual.
+ *
+ * A CQ that peers wake (the VI's RecvCQ) moves the same way: VipxCQExport in
+ * the old image, VipxCQImport in the new one, before the VIs.
+ *
+ * The shm provider does not seal an inheritable VI's ctl segment or an
+ * inheritable CQ's armed page against its peers' writes (the new image must
+ * map them writable again): a peer that writes them only disturbs its own
+ * view of our posted receives, or our wake-ups (bounded: CQ sleeps are
+ * sliced at 10 ms). docs/SECURITY.md has the whole threat model.
+ */
+#define VIPX_CQ_INHERITABLE 1u /* VipxCreateCQ: the CQ can be exported */
+VIP_RETURN VipxCreateCQ(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCount, VIP_ULONG Flags,
+                        VIP_CQ_HANDLE *CQHandle);
+
+#define VIPX_STATE_FDS 8
+#define VIPX_STATE_BYTES 256
+
+typedef struct {
+    VIP_UINT32 NumFds;
+    int Fds[VIPX_STATE_FDS];
+    VIP_UINT32 Length;
+    VIP_UINT8 Data[VIPX_STATE_BYTES];
+} VIPX_STATE;
+
+VIP_RETURN VipxViExport(VIP_VI_HANDLE ViHandle, VIPX_STATE *State, VIP_ULONG *PostedOffsets,
+                        VIP_ULONG *NumPosted);
+VIP_RETURN VipxViImport(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES *ViAttribs,
+                        VIP_CQ_HANDLE SendCQHandle, VIP_CQ_HANDLE RecvCQHandle,
+                        const VIPX_STATE *State, VIP_VI_HANDLE *ViHandle);
+VIP_RETURN VipxViImportRecv(VIP_VI_HANDLE ViHandle, VIP_DESCRIPTOR *DescriptorPtr,
+                            VIP_MEM_HANDLE MemoryHandle);
+VIP_RETURN VipxCQExport(VIP_CQ_HANDLE CQHandle, VIPX_STATE *State);
+VIP_RETURN VipxCQImport(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCount, const VIPX_STATE *State,
+                        VIP_CQ_HANDLE *CQHandle);
 
 /*
  * Builds a VIP_NET_ADDRESS from a host address and a discriminator in

@@ -56,13 +56,19 @@ static void do_init(void)
         return;
     /* sovia does its own spinning (wait modes); vipl should sleep at once. */
     VipxSetWaitSpin(sov_g.nic, 0);
-    if (VipCreatePtag(sov_g.nic, &sov_g.ptag) != VIP_SUCCESS ||
-        VipCreateCQ(sov_g.nic, 65536, &sov_g.cq) != VIP_SUCCESS ||
+    VIP_RETURN cq;
+    if (sov_g.inherited_cq) /* peers keep waking the CQ the last image made */
+        cq = VipxCQImport(sov_g.nic, 65536, sov_g.inherited_cq, &sov_g.cq);
+    else
+        cq = VipxCreateCQ(sov_g.nic, 65536, sov_g.inheritable ? VIPX_CQ_INHERITABLE : 0, &sov_g.cq);
+    sov_g.inherited_cq = NULL;
+    if (VipCreatePtag(sov_g.nic, &sov_g.ptag) != VIP_SUCCESS || cq != VIP_SUCCESS ||
         VipxCQWaitFd(sov_g.cq, &sov_g.cq_fd) != VIP_SUCCESS)
         return;
     sov_g.event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (sov_g.event_fd < 0)
         return;
+    sov_g.pid = getpid();
     static bool handlers_installed; /* a forked child may initialize again */
     if (!handlers_installed) {
         atexit(sov_atexit);
@@ -423,6 +429,7 @@ void sov_after_fork_child(void)
 {
     sov_g.service_running = false;
     sov_g.handler_running = false;
+    sov_g.pid = getpid();
     for (struct sov_sock *s = sov_g.closing; s; s = s->next_closing)
         atomic_fetch_sub(&sov_g.open_conns, 1);
     sov_g.closing = NULL;

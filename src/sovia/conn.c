@@ -35,6 +35,8 @@ struct sov_listener {
      * matches one with the kernel connection of the same client port. */
     bool transparent;
     uint16_t establishing_port; /* being accepted by the thread (0: none) */
+    pid_t owner; /* the process whose connection thread serves it */
+    VIP_NET_ADDRESS *remote; /* the thread's buffer (here: reachable from a fork child) */
 };
 
 static VIP_RETURN reg(void *p, size_t len, VIP_MEM_HANDLE *mh)
@@ -60,6 +62,42 @@ static int post_recv_buffer(struct sov_conn *c, unsigned i)
     return VipPostRecv(c->vi, d, c->desc_mh) == VIP_SUCCESS ? 0 : -ENOMEM;
 }
 
+/* The connection's own memory around its VI: descriptors, the copy and
+ * combining buffers, the recvq, all registered, and the arena's handle. */
+static int conn_buffers(struct sov_conn *c)
+{
+    const struct sov_config *cfg = &c->cfg;
+    size_t dlen = (size_t)(c->nrecv + c->nsend) * sizeof(VIP_DESCRIPTOR);
+    VIP_PVOID arena;
+    VIP_ULONG alen;
+    c->rdesc = aligned_alloc(VIP_DESCRIPTOR_ALIGNMENT, dlen);
+    c->sbuf = aligned_alloc(64, (cfg->mtu + 63) & ~(size_t)63);
+    c->cbuf = aligned_alloc(64, (cfg->mtu + 63) & ~(size_t)63);
+    c->recvq = calloc(c->nrecv + 1, sizeof(*c->recvq));
+    if (VipxViArena(c->vi, &arena, &alen) != VIP_SUCCESS || !arena ||
+        alen < (VIP_ULONG)c->nrecv * cfg->mtu || !c->rdesc || !c->sbuf || !c->cbuf || !c->recvq)
+        return -ENOMEM;
+    c->arena = arena;
+    memset(c->rdesc, 0, dlen);
+    c->sdesc = c->rdesc + c->nrecv;
+    if (reg(c->arena, alen, &c->arena_mh) != VIP_SUCCESS ||
+        reg(c->rdesc, dlen, &c->desc_mh) != VIP_SUCCESS ||
+        reg(c->sbuf, cfg->mtu, &c->sbuf_mh) != VIP_SUCCESS ||
+        reg(c->cbuf, cfg->mtu, &c->cbuf_mh) != VIP_SUCCESS)
+        return -ENOMEM;
+    c->deferred = -1;
+    /* This end owns its arena plus the control and completion lines. */
+    c->stats.shm_bytes = alen + (size_t)(c->nrecv + c->nsend + 1) * 2 * 64 + 3 * 4096;
+    return 0;
+}
+
+static VIP_VI_ATTRIBUTES conn_attrs(const struct sov_config *cfg)
+{
+    return (VIP_VI_ATTRIBUTES){.ReliabilityLevel = VIP_SERVICE_RELIABLE_DELIVERY,
+                               .MaxTransferSize = cfg->mtu,
+                               .Ptag = sov_g.ptag};
+}
+
 struct sov_conn *sov_conn_create(const struct sov_config *cfg, int *err)
 {
     struct sov_conn *c = calloc(1, sizeof(*c));
@@ -70,47 +108,77 @@ struct sov_conn *sov_conn_create(const struct sov_config *cfg, int *err)
     c->cfg = *cfg;
     c->nrecv = sov_recv_buffers(cfg);
     c->nsend = 4;
-    VIP_VI_ATTRIBUTES va = {.ReliabilityLevel = VIP_SERVICE_RELIABLE_DELIVERY,
-                            .MaxTransferSize = cfg->mtu,
-                            .Ptag = sov_g.ptag};
+    VIP_VI_ATTRIBUTES va = conn_attrs(cfg);
     /* Receives always land in the arena: no staging area is needed. */
     VIPX_VI_CONFIG vc = {.QueueDepth = c->nrecv + c->nsend + 1,
                          .StagingBytes = 64,
-                         .ArenaBytes = (VIP_ULONG)c->nrecv * cfg->mtu};
-    size_t dlen = (size_t)(c->nrecv + c->nsend) * sizeof(VIP_DESCRIPTOR);
-    VIP_PVOID arena;
-    VIP_ULONG alen;
+                         .ArenaBytes = (VIP_ULONG)c->nrecv * cfg->mtu,
+                         .Flags = sov_g.inheritable ? VIPX_VI_INHERITABLE : 0};
     *err = -ENOMEM;
     if (VipxCreateVi(sov_g.nic, &va, NULL, sov_g.cq, &vc, &c->vi) != VIP_SUCCESS) {
         free(c);
         return NULL;
     }
-    c->rdesc = aligned_alloc(VIP_DESCRIPTOR_ALIGNMENT, dlen);
-    c->sbuf = aligned_alloc(64, (cfg->mtu + 63) & ~(size_t)63);
-    c->cbuf = aligned_alloc(64, (cfg->mtu + 63) & ~(size_t)63);
-    c->recvq = calloc(c->nrecv + 1, sizeof(*c->recvq));
-    if (VipxViArena(c->vi, &arena, &alen) != VIP_SUCCESS || !arena || !c->rdesc || !c->sbuf ||
-        !c->cbuf || !c->recvq)
-        goto fail;
-    c->arena = arena;
-    memset(c->rdesc, 0, dlen);
-    c->sdesc = c->rdesc + c->nrecv;
-    if (reg(c->arena, alen, &c->arena_mh) != VIP_SUCCESS ||
-        reg(c->rdesc, dlen, &c->desc_mh) != VIP_SUCCESS ||
-        reg(c->sbuf, cfg->mtu, &c->sbuf_mh) != VIP_SUCCESS ||
-        reg(c->cbuf, cfg->mtu, &c->cbuf_mh) != VIP_SUCCESS)
+    if (conn_buffers(c) != 0)
         goto fail;
     for (unsigned i = 0; i < c->nrecv; i++)
         if (post_recv_buffer(c, i) != 0)
             goto fail;
     c->credits = 0; /* until the peer's WAKEUP says how many buffers it has */
-    c->deferred = -1;
     c->ack_every = cfg->ack_threshold;
     c->send_mtu = cfg->mtu;
     c->stats.window = cfg->window;
     c->stats.recv_buffers = c->nrecv;
-    /* This end owns its arena plus the control and completion lines. */
-    c->stats.shm_bytes = alen + (size_t)(c->nrecv + c->nsend + 1) * 2 * 64 + 3 * 4096;
+    return c;
+fail:
+    sov_conn_destroy(c);
+    return NULL;
+}
+
+/*
+ * A connection handed over by the previous program image (inherit.c): the
+ * VI comes back connected, and each receive buffer that was posted gets its
+ * descriptor again, in posting order. The caller restores the protocol
+ * state. NULL with *err on failure (the VI state's descriptors are taken).
+ */
+struct sov_conn *sov_conn_import(const struct sov_config *cfg, unsigned nrecv, unsigned nsend,
+                                 const VIPX_STATE *vs, const uint32_t *posted, unsigned nposted,
+                                 int *err)
+{
+    struct sov_conn *c = calloc(1, sizeof(*c));
+    *err = -ENOMEM;
+    if (!c)
+        return NULL;
+    c->cfg = *cfg;
+    c->nrecv = nrecv;
+    c->nsend = nsend;
+    VIP_VI_ATTRIBUTES va = conn_attrs(cfg);
+    if (VipxViImport(sov_g.nic, &va, NULL, sov_g.cq, vs, &c->vi) != VIP_SUCCESS) {
+        free(c);
+        *err = -EPROTO;
+        return NULL;
+    }
+    if (conn_buffers(c) != 0)
+        goto fail;
+    *err = -EPROTO;
+    for (unsigned k = 0; k < nposted; k++) {
+        if (posted[k] % cfg->mtu || posted[k] / cfg->mtu >= nrecv)
+            goto fail;
+        VIP_DESCRIPTOR *d = &c->rdesc[posted[k] / cfg->mtu];
+        d->CS.SegCount = 1;
+        d->DS[0].Local.Data.Address = c->arena + posted[k];
+        d->DS[0].Local.Handle = c->arena_mh;
+        d->DS[0].Local.Length = (VIP_UINT32)cfg->mtu;
+        if (VipxViImportRecv(c->vi, d, c->desc_mh) != VIP_SUCCESS)
+            goto fail;
+    }
+    /* Buffers holding unread data are reposted from their descriptors. */
+    for (unsigned i = 0; i < nrecv; i++) {
+        VIP_DESCRIPTOR *d = &c->rdesc[i];
+        d->DS[0].Local.Data.Address = c->arena + (size_t)i * cfg->mtu;
+        d->DS[0].Local.Handle = c->arena_mh;
+        d->DS[0].Local.Length = (VIP_UINT32)cfg->mtu;
+    }
     return c;
 fail:
     sov_conn_destroy(c);
@@ -385,8 +453,8 @@ int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len)
 static void *connection_thread(void *arg)
 {
     struct sov_listener *l = arg;
-    VIP_NET_ADDRESS *remote = calloc(1, sizeof(VIP_NET_ADDRESS) + 16 + 64);
-    while (remote && !atomic_load(&l->stop)) {
+    VIP_NET_ADDRESS *remote = l->remote;
+    while (!atomic_load(&l->stop)) {
         VIP_CONN_HANDLE ch;
         VIP_VI_ATTRIBUTES ra;
         /* Bounded: if sov_close unlistened before this thread first got
@@ -436,8 +504,15 @@ static void *connection_thread(void *arg)
         sov_signal_event();
     }
     VipxUnlisten(sov_g.nic, l->addr); /* an implicit re-listen, if any */
-    free(remote);
     return NULL;
+}
+
+static void listener_free(struct sov_listener *l)
+{
+    free(l->q);
+    free(l->addr);
+    free(l->remote);
+    free(l);
 }
 
 /* Caller holds s->lock. */
@@ -453,24 +528,20 @@ int sov_listen_start(struct sov_sock *s, int backlog, bool transparent)
     l->cap = backlog < 1 ? 1 : backlog > 4096 ? 4096 : (unsigned)backlog;
     l->q = calloc(l->cap, sizeof(*l->q));
     l->addr = sov_vi_address((struct sockaddr *)&s->local);
-    if (!l->q || !l->addr) {
-        free(l->q);
-        free(l->addr);
-        free(l);
+    l->remote = calloc(1, sizeof(VIP_NET_ADDRESS) + 16 + 64);
+    l->owner = getpid();
+    if (!l->q || !l->addr || !l->remote) {
+        listener_free(l);
         return -ENOMEM;
     }
     VIP_RETURN r = VipxListen(sov_g.nic, l->addr);
     if (r != VIP_SUCCESS) {
-        free(l->q);
-        free(l->addr);
-        free(l);
+        listener_free(l);
         return r == VIP_ERROR_RESOURCE ? -EADDRINUSE : -EADDRNOTAVAIL;
     }
     if (pthread_create(&l->thread, NULL, connection_thread, l) != 0) {
         VipxUnlisten(sov_g.nic, l->addr);
-        free(l->q);
-        free(l->addr);
-        free(l);
+        listener_free(l);
         return -EAGAIN;
     }
     s->lst = l;
@@ -485,15 +556,19 @@ void sov_listen_stop(struct sov_sock *s)
     struct sov_listener *l = s->lst;
     if (!l)
         return;
+    s->lst = NULL;
+    if (l->owner != getpid()) {
+        /* A forked child's copy: the thread, the listening and the queued
+         * connections are the parent's, which goes on serving them. */
+        listener_free(l);
+        return;
+    }
     atomic_store(&l->stop, true);
     VipxUnlisten(sov_g.nic, l->addr); /* wakes VipConnectWait */
     pthread_join(l->thread, NULL);
     for (unsigned i = 0; i < l->count; i++)
         sov_conn_destroy(l->q[(l->head + i) % l->cap].conn);
-    free(l->q);
-    free(l->addr);
-    free(l);
-    s->lst = NULL;
+    listener_free(l);
 }
 
 bool sov_accept_ready(struct sov_sock *s)

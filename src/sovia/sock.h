@@ -188,6 +188,11 @@ struct sov_global {
     atomic_bool sockets_created;
     pthread_t handler_thread;
     bool handler_running;
+    /* sovia run: connections can be handed to the next program image
+     * (inherit.c); inherited_cq, when set, is the CQ the last image left. */
+    bool inheritable;
+    VIPX_STATE *inherited_cq;
+    pid_t pid; /* this process (a vfork child sees another pid) */
     /* Totals for `sovia run`'s exit record (SOVIA_STAT_LOG). */
     atomic_ullong bytes_sent, bytes_received; /* of destroyed connections */
     atomic_uint tp_paired, tp_fell_back, tp_kernel;
@@ -224,6 +229,17 @@ ssize_t sov_recvv(int fd, const struct iovec *iov, int iovcnt, int flags);
  * SO_LINGER) and any sov_poll. */
 void sov_wake_waiters(struct sov_sock *s);
 
+/* inherit.c: carried connections across exec (the preload's wrappers). */
+struct sov_handoff {
+    int memfd;      /* the description, for SOVIA_INHERIT=<fd> */
+    int *reopened;  /* descriptors made to survive exec */
+    unsigned nreopened;
+};
+/* 1: h->memfd describes connections to hand over; 0: none; -1: failed. */
+int sov_inherit_export(struct sov_handoff *h);
+void sov_inherit_abort(struct sov_handoff *h); /* the exec failed */
+void sov_inherit_import(void);                 /* in the new image, before main() */
+
 /* config.c */
 int sov_config_check(const struct sov_config *c);
 void sov_config_from_env(struct sov_config *c);
@@ -244,6 +260,9 @@ void sov_copy_addr(const struct sockaddr_storage *from, socklen_t from_len,
 
 /* conn.c: VI, buffers, connect/accept machinery */
 struct sov_conn *sov_conn_create(const struct sov_config *cfg, int *err);
+struct sov_conn *sov_conn_import(const struct sov_config *cfg, unsigned nrecv, unsigned nsend,
+                                 const VIPX_STATE *vs, const uint32_t *posted, unsigned nposted,
+                                 int *err);
 void sov_conn_destroy(struct sov_conn *c);
 int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type);
 int sov_conn_lost(struct sov_conn *c); /* the VI failed: -ECONNRESET or -EPIPE */

@@ -56,6 +56,13 @@ VIP_RETURN vipl_notify_arm(struct vipl_notify **slot, void *obj, enum vipl_queue
 void vipl_notify_destroy(struct vipl_notify **slot, void *obj, enum vipl_queue q);
 
 /* pool.c */
+/* vi.c / cq.c: creation, or (import != NULL) rebuilding an exported object. */
+VIP_RETURN vipl_vi_make(VIP_NIC_HANDLE nic, VIP_VI_ATTRIBUTES *attrs, VIP_CQ_HANDLE scq,
+                        VIP_CQ_HANDLE rcq, const VIPX_VI_CONFIG *cfg, const VIPX_STATE *import,
+                        VIP_VI_HANDLE *out);
+VIP_RETURN vipl_cq_make(VIP_NIC_HANDLE nic, VIP_ULONG entries, VIP_ULONG flags,
+                        const VIPX_STATE *import, VIP_CQ_HANDLE *out);
+
 void vipl_pool_init(struct vipl_pool *pool, size_t size);
 void *vipl_pool_get(struct vipl_pool *pool);
 void vipl_pool_put(struct vipl_pool *pool, void *obj);

@@ -8,6 +8,21 @@
 VIPL_EXPORT VIP_RETURN VipCreateCQ(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCount,
                                    VIP_CQ_HANDLE *CQHandle)
 {
+    return vipl_cq_make(NicHandle, EntryCount, 0, NULL, CQHandle);
+}
+
+VIPL_EXPORT VIP_RETURN VipxCreateCQ(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCount,
+                                    VIP_ULONG Flags, VIP_CQ_HANDLE *CQHandle)
+{
+    if (Flags & ~(VIP_ULONG)VIPX_CQ_INHERITABLE)
+        return VIP_INVALID_PARAMETER;
+    return vipl_cq_make(NicHandle, EntryCount, Flags, NULL, CQHandle);
+}
+
+/* A new CQ: created by the provider, or rebuilt from an exported state. */
+VIP_RETURN vipl_cq_make(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCount, VIP_ULONG flags,
+                        const VIPX_STATE *import, VIP_CQ_HANDLE *CQHandle)
+{
     struct vipl_nic *nic = nic_of(NicHandle);
     if (!nic || !CQHandle || EntryCount == 0 || EntryCount > CQ_MAX_ENTRIES)
         return VIP_INVALID_PARAMETER;
@@ -16,7 +31,12 @@ VIPL_EXPORT VIP_RETURN VipCreateCQ(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCoun
         return VIP_ERROR_RESOURCE;
     cq->nic = nic;
     cq->entries = EntryCount;
-    VIP_RETURN r = nic->prov->create_cq(cq);
+    cq->flags = import ? VIPX_CQ_INHERITABLE : flags;
+    VIP_RETURN r;
+    if (import)
+        r = nic->prov->cq_import ? nic->prov->cq_import(cq, import) : VIP_ERROR_NOT_SUPPORTED;
+    else
+        r = nic->prov->create_cq(cq);
     if (r != VIP_SUCCESS) {
         vipl_pool_put(&nic->cqs, cq);
         return r;

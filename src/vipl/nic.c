@@ -6,7 +6,7 @@
 
 /* NIC structures are reused, never freed, so a closed NIC's handle stays
  * safe to check. */
-static struct vipl_pool nic_pool = {PTHREAD_MUTEX_INITIALIZER, NULL, sizeof(struct vipl_nic)};
+static struct vipl_pool nic_pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .size = sizeof(struct vipl_nic)};
 
 /* Frees what the NIC owned (its dead objects) and recycles the NIC itself. */
 static void release_nic(struct vipl_nic *nic)

@@ -5,6 +5,11 @@
  * So a destroyed object is never returned to malloc while its NIC lives: it
  * keeps its memory with the magic number cleared (a stale handle fails the
  * magic check) and is reused by the next object of its kind.
+ *
+ * Every object is also on the pool's `all` list, so a live object stays
+ * reachable from the NIC even when only a thread's stack points at it: in
+ * a forked child, whose copy of such a thread does not exist, a leak
+ * checker would otherwise report it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -12,14 +17,16 @@
 #include "core.h"
 
 struct pool_hdr {
-    struct pool_hdr *next;
-    char pad[VIPL_POOL_ALIGN - sizeof(struct pool_hdr *)];
+    struct pool_hdr *next; /* the dead list */
+    struct pool_hdr *all;  /* every object of the pool */
+    char pad[VIPL_POOL_ALIGN - 2 * sizeof(struct pool_hdr *)];
 };
 
 void vipl_pool_init(struct vipl_pool *pool, size_t size)
 {
     pthread_mutex_init(&pool->lock, NULL);
     pool->dead = NULL;
+    pool->all = NULL;
     pool->size = size;
 }
 
@@ -35,6 +42,10 @@ void *vipl_pool_get(struct vipl_pool *pool)
         h = aligned_alloc(VIPL_POOL_ALIGN, (n + VIPL_POOL_ALIGN - 1) & ~(size_t)(VIPL_POOL_ALIGN - 1));
         if (!h)
             return NULL;
+        pthread_mutex_lock(&pool->lock);
+        h->all = pool->all;
+        pool->all = h;
+        pthread_mutex_unlock(&pool->lock);
     }
     memset(h + 1, 0, pool->size);
     return h + 1;
@@ -57,5 +68,6 @@ void vipl_pool_drain(struct vipl_pool *pool)
         pool->dead = h->next;
         free(h);
     }
+    pool->all = NULL; /* what is still live was leaked by its owner */
     pthread_mutex_destroy(&pool->lock);
 }

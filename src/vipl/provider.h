@@ -46,6 +46,7 @@ struct vipl_notify;
 struct vipl_pool {
     pthread_mutex_t lock;
     void *dead;
+    void *all; /* every object ever made, live or dead: see pool.c */
     size_t size;
 };
 
@@ -90,6 +91,7 @@ struct vipl_cq {
     uint32_t magic;
     struct vipl_nic *nic;
     VIP_ULONG entries;
+    VIP_ULONG flags; /* VIPX_CQ_* */
     atomic_uint attached; /* work queues using this CQ */
     struct vipl_notify *notify;
 };
@@ -196,6 +198,14 @@ struct vipl_provider {
     void (*after_fork)(struct vipl_nic *nic);   /* in the child */
     VIP_RETURN (*share_vi)(struct vipl_vi *vi);  /* connected VIs only */
     void (*release_vi)(struct vipl_vi *vi);      /* drop the connection locally */
+
+    /* Handing objects to the next program image (VipxViExport & co.). */
+    VIP_RETURN (*vi_export)(struct vipl_vi *vi, VIPX_STATE *st, VIP_ULONG *offsets,
+                            VIP_ULONG *n);
+    VIP_RETURN (*vi_import)(struct vipl_vi *vi, const VIPX_STATE *st); /* connected */
+    VIP_RETURN (*vi_import_recv)(struct vipl_vi *vi, struct vipl_wr *wr);
+    VIP_RETURN (*cq_export)(struct vipl_cq *cq, VIPX_STATE *st);
+    VIP_RETURN (*cq_import)(struct vipl_cq *cq, const VIPX_STATE *st);
 };
 
 extern const struct vipl_provider *const vipl_providers[];

@@ -32,6 +32,15 @@ VIPL_EXPORT VIP_RETURN VipxCreateVi(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES 
                                     VIP_CQ_HANDLE SendCQHandle, VIP_CQ_HANDLE RecvCQHandle,
                                     const VIPX_VI_CONFIG *Config, VIP_VI_HANDLE *ViHandle)
 {
+    return vipl_vi_make(NicHandle, ViAttribs, SendCQHandle, RecvCQHandle, Config, NULL, ViHandle);
+}
+
+/* A new VI: created by the provider, or rebuilt from an exported state. */
+VIP_RETURN vipl_vi_make(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES *ViAttribs,
+                        VIP_CQ_HANDLE SendCQHandle, VIP_CQ_HANDLE RecvCQHandle,
+                        const VIPX_VI_CONFIG *Config, const VIPX_STATE *import,
+                        VIP_VI_HANDLE *ViHandle)
+{
     struct vipl_nic *nic = nic_of(NicHandle);
     if (!nic || !ViHandle)
         return VIP_INVALID_PARAMETER;
@@ -59,7 +68,10 @@ VIPL_EXPORT VIP_RETURN VipxCreateVi(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES 
     vi->send_cq = scq;
     vi->recv_cq = rcq;
     atomic_store(&vi->state, VIP_STATE_IDLE);
-    r = nic->prov->create_vi(vi, &cfg);
+    if (import)
+        r = nic->prov->vi_import ? nic->prov->vi_import(vi, import) : VIP_ERROR_NOT_SUPPORTED;
+    else
+        r = nic->prov->create_vi(vi, &cfg);
     if (r != VIP_SUCCESS) {
         vipl_pool_put(&nic->vi_pool, vi);
         return r;

@@ -433,7 +433,10 @@ void p_case_known_bug(const char *name, p_role_fn server, p_role_fn client, int 
 
 /* ---- Running without the preload --------------------------------------------- */
 
-void p_exec_plain(struct p_role *r, const char *what)
+/* Re-executes this test as `what` of the current role: with or without
+ * the preload, passing one extra argument (a descriptor number, say). */
+__attribute__((noreturn)) static void exec_role(struct p_role *r, const char *what,
+                                               bool preloaded, const char *extra)
 {
     if (fcntl(r->to_peer, F_SETFD, 0) < 0 || fcntl(r->from_peer, F_SETFD, 0) < 0)
         FAILF("fcntl(F_SETFD): %s", p_errname(errno));
@@ -441,38 +444,60 @@ void p_exec_plain(struct p_role *r, const char *what)
     snprintf(a_to, sizeof a_to, "%d", r->to_peer);
     snprintf(a_from, sizeof a_from, "%d", r->from_peer);
     snprintf(a_port, sizeof a_port, "%d", r->port);
-    char *argv[] = {(char *)test_name, "--plain", (char *)what, (char *)r->role, (char *)case_name,
-                    a_to, a_from, a_port, NULL};
+    char *argv[] = {(char *)test_name, preloaded ? "--again" : "--plain", (char *)what,
+                    (char *)r->role, (char *)case_name, a_to, a_from, a_port,
+                    (char *)(extra ? extra : ""), NULL};
     size_t n = 0;
     while (environ[n])
         n++;
     char **env = calloc(n + 1, sizeof(*env));
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0)
+        if (preloaded || strncmp(environ[i], "LD_PRELOAD=", 11) != 0)
             env[k++] = environ[i];
     env[k] = NULL;
     execve("/proc/self/exe", argv, env);
     FAILF("execve: %s", p_errname(errno));
 }
 
+void p_exec_plain(struct p_role *r, const char *what)
+{
+    exec_role(r, what, false, NULL);
+}
+
+void p_exec_again(struct p_role *r, const char *what, const char *extra)
+{
+    exec_role(r, what, true, extra);
+}
+
 const char *p_plain_role(int argc, char **argv, struct p_role *r)
 {
-    if (argc != 8 || strcmp(argv[1], "--plain") != 0)
+    return p_exec_role(argc, argv, r, NULL);
+}
+
+const char *p_exec_role(int argc, char **argv, struct p_role *r, const char **extra)
+{
+    if (argc != 9 || (strcmp(argv[1], "--plain") != 0 && strcmp(argv[1], "--again") != 0))
         return NULL;
+    bool preloaded = strcmp(argv[1], "--again") == 0;
+    kernel_mode = getenv("PRELOAD_TEST_KERNEL") && strcmp(getenv("PRELOAD_TEST_KERNEL"), "1") == 0;
     test_name = argv[0];
     role_name = argv[3];
     case_name = argv[4];
     is_child = true;
     main_pid = -1; /* never remove the stat log from here */
     setvbuf(stdout, NULL, _IONBF, 0);
-    if (p_preloaded())
+    if (!preloaded && p_preloaded())
         FAILF("re-executed without LD_PRELOAD, but the preload is loaded");
+    if (preloaded && !p_preloaded() && !kernel_mode)
+        FAILF("re-executed with LD_PRELOAD, but the preload is not loaded");
     *r = (struct p_role){.role = argv[3],
                          .lfd = -1,
                          .to_peer = atoi(argv[5]),
                          .from_peer = atoi(argv[6]),
                          .port = atoi(argv[7])};
+    if (extra)
+        *extra = argv[8];
     /* the watchdog and the parent-death signal survive execve */
     return argv[2];
 }

@@ -126,6 +126,11 @@ bool p_reap(pid_t pid, const char *role);
 __attribute__((noreturn)) void p_exec_plain(struct p_role *r, const char *what);
 /* In main: if argv is such a re-exec, fills *r and returns `what`; else NULL. */
 const char *p_plain_role(int argc, char **argv, struct p_role *r);
+/* Re-executes the role as `what` with the preload kept (exec inheritance),
+ * passing `extra`; p_exec_role is p_plain_role for both kinds and gives it. */
+__attribute__((noreturn)) void p_exec_again(struct p_role *r, const char *what,
+                                            const char *extra);
+const char *p_exec_role(int argc, char **argv, struct p_role *r, const char **extra);
 /* Is the preload loaded in this process? */
 bool p_preloaded(void);
 

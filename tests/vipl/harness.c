@@ -470,7 +470,7 @@ VIP_VI_ATTRIBUTES h_vi_attrs(VIP_PROTECTION_HANDLE ptag, VIP_RELIABILITY_LEVEL r
 VIP_VI_HANDLE h_vi(VIP_NIC_HANDLE nic, VIP_VI_ATTRIBUTES *attrs, VIP_CQ_HANDLE scq,
                    VIP_CQ_HANDLE rcq, VIP_ULONG depth, VIP_ULONG staging, VIP_ULONG arena)
 {
-    VIPX_VI_CONFIG cfg = {depth, staging, arena};
+    VIPX_VI_CONFIG cfg = {.QueueDepth = depth, .StagingBytes = staging, .ArenaBytes = arena};
     VIP_VI_HANDLE vi = NULL;
     CHECK_OK(VipxCreateVi(nic, attrs, scq, rcq, &cfg, &vi));
     CHECK(vi != NULL);

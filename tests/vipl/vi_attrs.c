@@ -129,7 +129,7 @@ static void test_create_errors(VIP_NIC_HANDLE nic, VIP_NIC_HANDLE other)
 
     /* The deepest queue the NIC advertises. */
     a = h_vi_attrs(t, VIP_SERVICE_UNRELIABLE);
-    VIPX_VI_CONFIG cfg = {4096, 0, 0};
+    VIPX_VI_CONFIG cfg = {.QueueDepth = 4096};
     CHECK_OK(VipxCreateVi(nic, &a, NULL, NULL, &cfg, &vi));
     CHECK_OK(VipDestroyVi(vi));
 

@@ -104,6 +104,11 @@ struct shm_peer {
     int sock;  /* the connection socket, watched by the agent */
     int pidfd; /* the peer process, watched by the agent */
     pid_t pid;
+    /* Inheritable VIs only: what the next image needs to map the peer again
+     * (its message, and its ctl, rx, armed and word descriptors; -1 when
+     * not kept, or the word is a socket, held in wake_sock). */
+    struct shm_msg msg;
+    int kept[4];
 };
 
 /* A receive descriptor as the owner remembers it. */
@@ -153,6 +158,10 @@ struct shm_vi {
     VIPX_VI_STATS stats;
     bool agent_watched;
     bool shared; /* SHM_MSG_SHARED sent (sq_lock) */
+    /* VIPX_VI_INHERITABLE: descriptors are kept for VipxViExport, and ctl
+     * is not sealed against writing (a new image must write it again). */
+    bool inheritable;
+    uint32_t import_next, import_left; /* posted receives still to re-attach */
 };
 
 struct shm_cq {
@@ -163,6 +172,7 @@ struct shm_cq {
     struct shm_vi **rvis; /* VIs whose receive queue feeds this CQ */
     uint32_t nr, rcap, scan;
     int armed_fd;
+    bool inheritable; /* the armed page stays writable for a new image */
     _Atomic uint32_t *armed;
     int wake_rx, wake_tx; /* datagram socketpair: peers get wake_tx */
 };
@@ -214,6 +224,26 @@ void shm_peer_unmap(struct shm_peer *peer);
 /* The data path reports a connection-breaking error as a VIP_ERROR_CODE in
  * an int; this marks "none" (VIP_ERROR_POST_DESC is 0). */
 #define SHM_NO_FAILURE (-1)
+
+/* The rx offset of a buffer in the VI's arena; false if it is not inside. */
+static inline bool shm_arena_offset(const struct shm_vi *vi, const void *addr, uint32_t len,
+                                    uint32_t *off)
+{
+    uintptr_t a = (uintptr_t)addr, base = (uintptr_t)vi->arena;
+    if (!vi->arena || a < base || len > vi->arena_len || a - base > vi->arena_len - len)
+        return false;
+    *off = vi->arena_off + (uint32_t)(a - base);
+    return true;
+}
+
+/* shm_inherit.c */
+VIP_RETURN shm_vi_export(struct vipl_vi *vi, VIPX_STATE *st, VIP_ULONG *offsets, VIP_ULONG *n);
+VIP_RETURN shm_vi_import(struct vipl_vi *vi, const VIPX_STATE *st);
+VIP_RETURN shm_vi_import_recv(struct vipl_vi *vi, struct vipl_wr *wr);
+VIP_RETURN shm_cq_export(struct vipl_cq *cq, VIPX_STATE *st);
+VIP_RETURN shm_cq_import(struct vipl_cq *cq, const VIPX_STATE *st);
+int shm_cq_armed_page(struct shm_cq *cq, int fd); /* maps (fd >= 0) or makes the page */
+VIP_VI_ATTRIBUTES shm_attrs_of(const struct shm_msg *m);
 
 /* shm_vi.c */
 void shm_vi_export_regs(struct shm_vi *vi);

@@ -195,7 +195,7 @@ static void fill_msg(struct shm_vi *vi, enum shm_msg_type type, const VIP_NET_AD
     }
 }
 
-static VIP_VI_ATTRIBUTES attrs_of(const struct shm_msg *m)
+VIP_VI_ATTRIBUTES shm_attrs_of(const struct shm_msg *m)
 {
     return (VIP_VI_ATTRIBUTES){
         .ReliabilityLevel = m->reliability,
@@ -212,13 +212,18 @@ static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fd
     struct shm_nic *snic = shm_nic(vi->core.nic);
     struct shm_peer *peer = calloc(1, sizeof(*peer));
     int rc = peer ? shm_peer_map(peer, fds, m, snic->page) : -ENOMEM;
+    if (rc == 0 && vi->inheritable) { /* a next image maps them again */
+        memcpy(peer->kept, fds, sizeof(peer->kept));
+        memset(fds, -1, 4 * sizeof(int));
+    }
     close_fds(fds, 4); /* the mappings keep the memory */
     if (rc != 0) {
         free(peer);
         close(sock);
         return VIP_ERROR_RESOURCE;
     }
-    peer->attrs = attrs_of(m);
+    peer->msg = *m;
+    peer->attrs = shm_attrs_of(m);
     peer->sock = sock;
     peer->pid = pid;
     peer->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
@@ -228,10 +233,12 @@ static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fd
     atomic_store(&vi->core.state, VIP_STATE_CONNECTED);
     /* The peer has mapped our segments; the descriptors are no longer
      * needed (a reconnect makes new ones), and 1000 connections should not
-     * cost 2000 of them. */
-    close(vi->ctl_fd);
-    close(vi->rx_fd);
-    vi->ctl_fd = vi->rx_fd = -1;
+     * cost 2000 of them, unless a next image must map them again. */
+    if (!vi->inheritable) {
+        close(vi->ctl_fd);
+        close(vi->rx_fd);
+        vi->ctl_fd = vi->rx_fd = -1;
+    }
     if (shm_agent_watch(snic->agent, vi) != 0) {
         shm_disconnect(&vi->core);
         return VIP_ERROR_RESOURCE;
@@ -398,7 +405,7 @@ VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
         remote->HostAddressLen = pc->msg.host_len;
         remote->DiscriminatorLen = pc->msg.disc_len;
         memcpy(remote->HostAddress, pc->msg.addr, (size_t)pc->msg.host_len + pc->msg.disc_len);
-        conn->remote_attrs = attrs_of(&pc->msg);
+        conn->remote_attrs = shm_attrs_of(&pc->msg);
         conn->prov_conn = pc;
         r = VIP_SUCCESS;
         break;
@@ -484,7 +491,7 @@ VIP_RETURN shm_connect_request(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local
     if (n == 4 && m.type == SHM_MSG_ACCEPT) {
         VIP_RETURN r = attach_peer(vi, &m, fds, s, pid);
         if (r == VIP_SUCCESS)
-            *rattrs = attrs_of(&m);
+            *rattrs = shm_attrs_of(&m);
         return r;
     }
     if (n > 0)

@@ -16,14 +16,15 @@
 
 #include "shm.h"
 
-static int make_armed_page(struct shm_cq *cq)
+/* The armed page: made new (fd < 0), or an inherited one mapped again. */
+int shm_cq_armed_page(struct shm_cq *cq, int fd)
 {
     size_t page = shm_nic(cq->core.nic)->page;
-    int fd = shm_memfd("sovia-cq-armed", page);
-    if (fd < 0)
+    bool fresh = fd < 0;
+    if (fresh && (fd = shm_memfd("sovia-cq-armed", page)) < 0)
         return fd;
     void *p = shm_map_fixed(NULL, fd, page);
-    if (!p || shm_seal(fd, true) != 0) {
+    if (!p || (fresh && shm_seal(fd, !cq->inheritable) != 0)) {
         if (p)
             munmap(p, page);
         close(fd);
@@ -40,6 +41,7 @@ VIP_RETURN shm_create_cq(struct vipl_cq *ccq)
     pthread_mutex_init(&cq->lock, NULL);
     cq->cap = (uint32_t)ccq->entries;
     cq->armed_fd = cq->wake_rx = cq->wake_tx = -1;
+    cq->inheritable = ccq->flags & VIPX_CQ_INHERITABLE;
     int sv[2];
     cq->send_ring = calloc(cq->cap, sizeof(*cq->send_ring));
     if (!cq->send_ring) {
@@ -50,7 +52,7 @@ VIP_RETURN shm_create_cq(struct vipl_cq *ccq)
         cq->wake_rx = sv[0];
         cq->wake_tx = sv[1];
     }
-    if (cq->wake_rx < 0 || make_armed_page(cq) != 0) {
+    if (cq->wake_rx < 0 || shm_cq_armed_page(cq, -1) != 0) {
         shm_destroy_cq(ccq);
         return VIP_ERROR_RESOURCE;
     }

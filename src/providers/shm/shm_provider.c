@@ -115,4 +115,9 @@ const struct vipl_provider vipl_provider_shm = {
     .after_fork = shm_after_fork,
     .share_vi = shm_share_vi,
     .release_vi = shm_release_vi,
+    .vi_export = shm_vi_export,
+    .vi_import = shm_vi_import,
+    .vi_import_recv = shm_vi_import_recv,
+    .cq_export = shm_cq_export,
+    .cq_import = shm_cq_import,
 };

@@ -92,7 +92,7 @@ int shm_vi_segments_create(struct shm_vi *vi)
         .arena_len = vi->arena_len,
         .max_transfer = (uint32_t)vi->core.attrs.MaxTransferSize,
     };
-    int err = shm_seal(ctl_fd, true);
+    int err = shm_seal(ctl_fd, !vi->inheritable);
     if (!err)
         err = shm_seal(rx_fd, false);
     if (err) {
@@ -192,9 +192,11 @@ static bool is_wake_socket(int fd)
  */
 int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m, size_t page)
 {
-    size_t ctl_len = sealed_size(fds[0], SEALS_COMMON | F_SEAL_FUTURE_WRITE);
+    /* Read-only for us; whether the owner sealed them against its peers is
+     * the owner's business (an inheritable VI does not). */
+    size_t ctl_len = sealed_size(fds[0], SEALS_COMMON);
     size_t rx_len = sealed_size(fds[1], SEALS_COMMON);
-    size_t armed_len = sealed_size(fds[2], SEALS_COMMON | F_SEAL_FUTURE_WRITE);
+    size_t armed_len = sealed_size(fds[2], SEALS_COMMON);
     size_t word_len = m->wake_sock ? 0 : sealed_size(fds[3], SEALS_COMMON);
     bool wake_ok = m->wake_sock ? is_wake_socket(fds[3])
                                 : word_len && !(m->word_off & 3) && (size_t)m->word_off + 4 <= word_len;
@@ -202,7 +204,7 @@ int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m, siz
         (size_t)m->armed_off + 4 > armed_len || ctl_len < sizeof(struct shm_ctl))
         return -EPROTO;
 
-    *peer = (struct shm_peer){.sock = -1, .pidfd = -1, .wake_sock = -1};
+    *peer = (struct shm_peer){.sock = -1, .pidfd = -1, .wake_sock = -1, .kept = {-1, -1, -1, -1}};
     peer->ctl = map_peer(fds[0], ctl_len, PROT_READ);
     peer->rx = map_peer(fds[1], rx_len, PROT_READ | PROT_WRITE);
     peer->armed_map = map_peer(fds[2], armed_len, PROT_READ);
@@ -249,6 +251,10 @@ void shm_peer_unmap(struct shm_peer *peer)
         munmap(peer->word_map, peer->word_len);
     if (peer->wake_sock >= 0)
         close(peer->wake_sock);
+    for (int i = 0; i < 4; i++)
+        if (peer->kept[i] >= 0)
+            close(peer->kept[i]);
+    memset(peer->kept, -1, sizeof(peer->kept));
     peer->ctl = NULL;
     peer->rx = NULL;
     peer->armed_map = peer->word_map = NULL;

@@ -1,0 +1,64 @@
+/*
+ * inherit.c - handing VIs and CQs to the next program image (exec). The
+ * core checks handles and arguments; the provider packs and unpacks its
+ * state (VIPX_STATE: bytes plus descriptors).
+ */
+#include "core.h"
+
+VIPL_EXPORT VIP_RETURN VipxViExport(VIP_VI_HANDLE ViHandle, VIPX_STATE *State,
+                                    VIP_ULONG *PostedOffsets, VIP_ULONG *NumPosted)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi || !State || !NumPosted || (*NumPosted && !PostedOffsets))
+        return VIP_INVALID_PARAMETER;
+    if (vipl_vi_state(vi) != VIP_STATE_CONNECTED)
+        return VIP_INVALID_STATE;
+    if (!vi->nic->prov->vi_export)
+        return VIP_ERROR_NOT_SUPPORTED;
+    *State = (VIPX_STATE){0};
+    return vi->nic->prov->vi_export(vi, State, PostedOffsets, NumPosted);
+}
+
+VIPL_EXPORT VIP_RETURN VipxViImport(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES *ViAttribs,
+                                    VIP_CQ_HANDLE SendCQHandle, VIP_CQ_HANDLE RecvCQHandle,
+                                    const VIPX_STATE *State, VIP_VI_HANDLE *ViHandle)
+{
+    if (!State || State->NumFds > VIPX_STATE_FDS || State->Length > VIPX_STATE_BYTES)
+        return VIP_INVALID_PARAMETER;
+    return vipl_vi_make(NicHandle, ViAttribs, SendCQHandle, RecvCQHandle, NULL, State,
+                        ViHandle);
+}
+
+VIPL_EXPORT VIP_RETURN VipxViImportRecv(VIP_VI_HANDLE ViHandle, VIP_DESCRIPTOR *DescriptorPtr,
+                                        VIP_MEM_HANDLE MemoryHandle)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi || !DescriptorPtr || ((uintptr_t)DescriptorPtr & (VIP_DESCRIPTOR_ALIGNMENT - 1)))
+        return VIP_INVALID_PARAMETER;
+    if (!vi->nic->prov->vi_import_recv)
+        return VIP_ERROR_NOT_SUPPORTED;
+    struct vipl_wr wr;
+    vipl_decode_desc(vi, DescriptorPtr, MemoryHandle, true, &wr);
+    if (wr.error)
+        return VIP_INVALID_PARAMETER; /* an import must match what was posted */
+    return vi->nic->prov->vi_import_recv(vi, &wr);
+}
+
+VIPL_EXPORT VIP_RETURN VipxCQExport(VIP_CQ_HANDLE CQHandle, VIPX_STATE *State)
+{
+    struct vipl_cq *cq = cq_of(CQHandle);
+    if (!cq || !State)
+        return VIP_INVALID_PARAMETER;
+    if (!cq->nic->prov->cq_export)
+        return VIP_ERROR_NOT_SUPPORTED;
+    *State = (VIPX_STATE){0};
+    return cq->nic->prov->cq_export(cq, State);
+}
+
+VIPL_EXPORT VIP_RETURN VipxCQImport(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCount,
+                                    const VIPX_STATE *State, VIP_CQ_HANDLE *CQHandle)
+{
+    if (!State || State->NumFds > VIPX_STATE_FDS || State->Length > VIPX_STATE_BYTES)
+        return VIP_INVALID_PARAMETER;
+    return vipl_cq_make(NicHandle, EntryCount, VIPX_CQ_INHERITABLE, State, CQHandle);
+}

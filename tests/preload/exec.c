@@ -1,0 +1,177 @@
+/*
+ * exec: a carried connection inherited across exec keeps working in the new
+ * program, with no byte lost or repeated (docs/ARCHITECTURE.md,
+ * "Transparent mode").
+ *  - the server reads part of what the client sent, execs itself, and the
+ *    new image reads the rest, a 1 MiB stream the client keeps sending
+ *    meanwhile, and answers;
+ *  - inetd style: accept, fork, the child puts the socket on stdin and
+ *    stdout and execs an echo program; the parent closes its copy;
+ *  - an exec that fails leaves the connection as it was.
+ */
+#include "pharness.h"
+
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define STREAM (1u << 20)
+#define ANSWER (256u << 10)
+
+static void send_pattern(int fd, size_t len, uint64_t seed)
+{
+    static char buf[65536];
+    for (size_t done = 0; done < len;) {
+        size_t n = len - done < sizeof buf ? len - done : sizeof buf;
+        p_fill(buf, n, seed + done);
+        p_write_all(fd, buf, n);
+        done += n;
+    }
+}
+
+static void recv_pattern(int fd, size_t len, uint64_t seed)
+{
+    static char buf[65536], want[65536];
+    for (size_t done = 0; done < len;) {
+        size_t n = len - done < sizeof buf ? len - done : sizeof buf;
+        p_read_all(fd, buf, n);
+        p_fill(want, n, seed + done);
+        if (memcmp(buf, want, n) != 0)
+            FAILF("stream differs in bytes %zu..%zu", done, done + n);
+        done += n;
+    }
+}
+
+/* ---- the new image continues the stream ------------------------------- */
+
+static void exec_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    char head[3];
+    p_read_all(fd, head, 3); /* "abc" of "abcdef": "def" stays unread */
+    CHECK(memcmp(head, "abc", 3) == 0);
+    char arg[16];
+    snprintf(arg, sizeof arg, "%d", fd);
+    p_exec_again(r, "continue", arg);
+}
+
+static int continue_after_exec(struct p_role *r, const char *arg)
+{
+    int fd = atoi(arg);
+    char tail[3];
+    p_read_all(fd, tail, 3);
+    CHECK(memcmp(tail, "def", 3) == 0);
+    recv_pattern(fd, STREAM, 7);
+    send_pattern(fd, ANSWER, 9);
+    SYS(close(fd));
+    p_barrier(r);
+    return 0;
+}
+
+static void exec_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    p_write_all(fd, "abcdef", 6);
+    send_pattern(fd, STREAM, 7); /* much of it while the server execs */
+    recv_pattern(fd, ANSWER, 9);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+    p_barrier(r);
+}
+
+/* ---- inetd: accept, fork, dup2 onto stdin/stdout, exec ------------------- */
+
+static void inetd_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        p_child_safety();
+        SYS(dup2(fd, 0));
+        SYS(dup2(fd, 1));
+        SYS(close(fd));
+        SYS(close(r->lfd));
+        p_exec_again(r, "stdin-echo", "");
+    }
+    SYS(close(fd)); /* the parent's copy only */
+    CHECK(p_reap(pid, "inetd child"));
+    struct p_stat st; /* the echo program carried it, through exec */
+    if (!p_kernel_mode()) {
+        CHECK(p_stat_of(pid, &st));
+        CHECK_EQ(st.carried, 1);
+    }
+    p_barrier(r);
+}
+
+/* The service: echoes stdin to stdout until end of stream. */
+static int stdin_echo(void)
+{
+    char buf[8192];
+    for (;;) {
+        ssize_t n = read(0, buf, sizeof buf);
+        if (n == 0)
+            return 0;
+        CHECK(n > 0);
+        p_write_all(1, buf, (size_t)n);
+    }
+}
+
+static void inetd_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    send_pattern(fd, 100000, 3);
+    SYS(shutdown(fd, SHUT_WR));
+    recv_pattern(fd, 100000, 3);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0); /* the echo exited: the last holder */
+    SYS(close(fd));
+    p_barrier(r);
+}
+
+/* ---- a failed exec changes nothing ------------------------------------------ */
+
+static void failed_exec_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    char *argv[] = {"nothing", NULL};
+    CHECK_ERR(execv("/nonexistent/program", argv), ENOENT);
+    recv_pattern(fd, STREAM, 5);
+    send_pattern(fd, ANSWER, 6);
+    SYS(close(fd));
+    p_barrier(r);
+}
+
+static void failed_exec_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    send_pattern(fd, STREAM, 5);
+    recv_pattern(fd, ANSWER, 6);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+    p_barrier(r);
+}
+
+int main(int argc, char **argv)
+{
+    struct p_role again;
+    const char *extra = NULL;
+    const char *what = p_exec_role(argc, argv, &again, &extra);
+    if (what && strcmp(what, "continue") == 0)
+        return continue_after_exec(&again, extra);
+    if (what && strcmp(what, "stdin-echo") == 0)
+        return stdin_echo();
+    if (what)
+        FAILF("unknown re-executed role %s", what);
+
+    p_init("exec");
+    p_case("new_image_continues_stream", exec_server, exec_client, P_CARRIED);
+    /* The inetd child's record counts the connection (P_NO_STATS: the
+     * harness checks the server role's pid, the parent). */
+    p_case("inetd_fork_dup2_exec", inetd_server, inetd_client, P_NO_STATS);
+    p_case("failed_exec_keeps_connection", failed_exec_server, failed_exec_client, P_CARRIED);
+    return p_done();
+}
