@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Integration test of `sovia report`: a smoke-sized run of two experiments
+writes REPORT.md (with the papers' figures beside ours), the plots it lists
+and a results.json with the expected structure; the FTP and RPC hooks run
+the applications' scripts by their contract (here stand-ins that print
+known rows) and skip with a note when the scripts are not there; bad
+options are refused; nothing is left in /tmp. Behaviour only: no timing
+thresholds.
+
+usage: test_report.py /path/to/sovia
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+SOVIA = None  # set from argv in main
+TIMEOUT = 120
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+FAKE_FTP = textwrap.dedent("""\
+    import json, sys
+    a = sys.argv[1:]
+    assert a[0] == "bench", a
+    sizes = [int(s) for s in a[a.index("--sizes") + 1].split(",")]
+    for n in sizes:
+        for tr, sec in (("tcp", 2.0), ("sovia", 0.5), ("cp", 0.4)):
+            print(json.dumps({"size_bytes": n, "transport": tr, "seconds": sec,
+                              "mbps": n * 8 / sec / 1e6, "sovia": a[a.index("--sovia") + 1]}))
+    print("a line that is not JSON")
+    """)
+FAKE_RPC = textwrap.dedent("""\
+    import json, sys
+    a = sys.argv[1:]
+    for n in [int(s) for s in a[a.index("--sizes") + 1].split(",")]:
+        print(json.dumps({"arg_bytes": n, "transport": "tcp", "mean_us": 100.0 + n}))
+        print(json.dumps({"arg_bytes": n, "transport": "sovia", "mean_us": 20.0 + n}))
+    """)
+SMOKE_FTP_SIZES = [1 << 20]
+SMOKE_RPC_SIZES = [0, 64]
+
+
+def report(out, *args, env=None):
+    p = subprocess.run([SOVIA, "report", "--out", out, "--quiet", *args], capture_output=True,
+                       text=True, timeout=TIMEOUT, env=env)
+    return p.returncode, p.stdout, p.stderr
+
+
+def leftovers():
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("report-")}
+
+
+class Report(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="rpt-test-")
+        self.before = leftovers()
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.assertEqual(leftovers() - self.before, set(), "scratch directory left in /tmp")
+
+    def with_apps(self, scripts, only):
+        """Runs the report's `only` experiments with a stand-in src/apps
+        holding {path under it: script text}; returns REPORT.md's text and
+        the parsed results.json."""
+        apps = os.path.join(self.tmp, "apps")
+        for sub, text in scripts.items():
+            os.makedirs(os.path.dirname(os.path.join(apps, sub)), exist_ok=True)
+            with open(os.path.join(apps, sub), "w") as f:
+                f.write(text)
+        out = os.path.join(self.tmp, "out")
+        rc, _, err = report(out, "--smoke", "--only", only,
+                            env=dict(os.environ, SOVIA_APPS_DIR=apps))
+        self.assertEqual(rc, 0, err)
+        with open(os.path.join(out, "REPORT.md")) as f:
+            return f.read(), self.load(out)
+
+    def load(self, out):
+        with open(os.path.join(out, "results.json")) as f:
+            return json.load(f)
+
+    def test_smoke_latency_and_overhead(self):
+        out = os.path.join(self.tmp, "out")
+        rc, _, err = report(out, "--smoke", "--only", "latency,overhead")
+        self.assertEqual(rc, 0, err)
+        with open(os.path.join(out, "REPORT.md")) as f:
+            md = f.read()
+        self.assertIn("# sovia report (smoke)", md)
+        self.assertIn("(seed 004 Tables 2/3)", md)
+        self.assertIn("(seed 003 Table 3)", md)
+        self.assertIn("| 4 | 8.3 |", md)  # the paper's native VI at 4 B, beside ours
+        d = self.load(out)
+        for k in ("meta", "summary", "latency", "overhead", "paper", "raw", "plots", "errors"):
+            self.assertIn(k, d)
+        self.assertEqual(d["meta"]["mode"], "smoke")
+        self.assertEqual(d["meta"]["experiments"], ["latency", "overhead"])
+        self.assertNotIn("ftp", d)
+        rows = d["latency"]["rows"]
+        self.assertEqual([r["size"] for r in rows], [4, 1024, 32768])
+        self.assertEqual(rows[0]["paper_clan_us"]["vi"], 8.3)
+        self.assertEqual(rows[-1]["paper_clan_us"]["SOVIA_COPY"], 603.2)
+        for r in rows:
+            for col in ("vi", "SOVIA_REG", "SOVIA_COPY", "SOVIA_HYBRID"):
+                v = r["ours_us"][col]
+                self.assertTrue(isinstance(v, float) and v > 0, (r["size"], col, v, d["errors"]))
+        comps = d["overhead"]["placements"][0]["components_us"]
+        self.assertEqual(set(comps), {"socket", "socket_blocking", "kernel_services",
+                                      "kernel_sockets", "tcpip"})
+        self.assertEqual(d["paper"]["overhead"]["kernel_services"], 9.6)
+        for name in d["plots"]:
+            with open(os.path.join(out, name), "rb") as f:
+                self.assertEqual(f.read(8), PNG_MAGIC, name)
+            self.assertIn(f"]({name})", md)
+        if not d["plots"]:  # no matplotlib for the python3 sovia report found
+            self.assertIn("No plots: matplotlib", md)
+        with open(os.path.join(out, "commands.log")) as f:
+            self.assertIn("bench lat --transport vi ", f.read())
+
+    def test_hooks_run_the_application_scripts(self):
+        md, d = self.with_apps({"ftp/ftp_run.py": FAKE_FTP, "rpc/rpc_bench.py": FAKE_RPC},
+                               "ftp,rpc")
+        self.assertEqual(d["errors"], [])
+        ftp = d["ftp"]
+        self.assertEqual(len(ftp), 3 * len(SMOKE_FTP_SIZES))
+        for r in ftp:
+            self.assertEqual(r["size_bytes"], SMOKE_FTP_SIZES[0])
+            self.assertIn(r["transport"], ("tcp", "sovia", "cp"))
+            self.assertEqual(r["mbps"], r["size_bytes"] * 8 / r["seconds"] / 1e6)
+            self.assertEqual(os.path.realpath(r["sovia"]), os.path.realpath(SOVIA))
+        rpc = sorted((r["arg_bytes"], r["transport"], r["mean_us"]) for r in d["rpc"])
+        want = sorted([(n, "tcp", 100.0 + n) for n in SMOKE_RPC_SIZES] +
+                      [(n, "sovia", 20.0 + n) for n in SMOKE_RPC_SIZES])
+        self.assertEqual(rpc, want)
+        self.assertIn("| 0 | 100 | 20 | 0.2 |", md)  # ours: tcp, sovia, ratio
+        self.assertIn("| 0 (paper, cLAN) | 149 | 35 |", md)
+        self.assertIn("null RPC: sovia 20 us, kernel TCP 100 us", md)
+
+    def test_hooks_skip_missing_scripts(self):
+        md, d = self.with_apps({}, "ftp,rpc")
+        self.assertEqual((d["ftp"], d["rpc"]), ([], []))
+        self.assertIn("**Skipped:** src/apps/ftp/ftp_run.py is not there", md)
+        self.assertIn("**Skipped:** src/apps/rpc/rpc_bench.py is not there", md)
+
+    def test_failing_script_is_reported(self):
+        _, d = self.with_apps({"rpc/rpc_bench.py": "import sys\nprint('rpcbind is not running', "
+                                                  "file=sys.stderr)\nsys.exit(1)\n"}, "rpc")
+        self.assertEqual(d["rpc"], [])
+        self.assertEqual(len(d["errors"]), 1)
+        self.assertIn("rpcbind is not running", d["errors"][0]["error"])
+
+    def test_bad_options(self):
+        out = os.path.join(self.tmp, "out")
+        rc, _, err = report(out, "--only", "nosuch")
+        self.assertNotEqual(rc, 0)
+        self.assertIn("unknown experiment nosuch", err)
+        rc, _, err = report(out, "--quick", "--smoke")
+        self.assertEqual(rc, 2, err)
+        self.assertFalse(os.path.exists(os.path.join(out, "REPORT.md")))
+
+    def test_list(self):
+        p = subprocess.run([SOVIA, "report", "--list"], capture_output=True, text=True,
+                           timeout=TIMEOUT)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        names = [l.split()[0] for l in p.stdout.splitlines() if l.strip()]
+        self.assertEqual(names, ["latency", "wakeup", "bandwidth", "waitmodes", "netpipe",
+                                 "overhead", "model", "peers", "ftp", "rpc", "issues"])
+
+
+if __name__ == "__main__":
+    SOVIA = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
