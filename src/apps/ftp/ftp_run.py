@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Debian's FTP server (`in.ftpd`, linux-ftpd 0.17 as packaged in ftpd-ssl)
+and client (`ftp`, tnftp), unmodified, on a private instance: the papers'
+FTP experiment (seed 000 section 5.3, seed 003 section 4.5).
+
+ftp_server.py runs the server (modes standalone, inetd, inetd-run; private
+port, password and files; see there), ftp_client.py the client. As modules
+(tests/apps/test_ftp.py):
+
+    with ftp_server.Server(workdir, "standalone", sovia="/path/to/sovia") as srv:
+        res = ftp_client.run_client(srv, ["get a.bin b.bin"], cwd, sovia=...)
+
+From the shell:
+
+    ftp_run.py bench --sizes 13374187,168919040,1G [--transports tcp,sovia,cp]
+                     [--sovia PATH] [--mode MODE] [--active] [--repeat N]
+                     [--profile latency|throughput|balanced]
+        one JSON line per (size, transport): {"size_bytes", "transport",
+        "seconds", "mbps", "runs", "carried", and for ftp "mode", "passive",
+        "profile"}; seconds as the ftp client reports them (as in the
+        papers), the median of --repeat runs; mbps = 10^6 bit/s; carried
+        (sovia only): every run's file went over sovia. A transport that
+        fails gives no row (its error on stderr); exit status 1 only when
+        nothing was measured. Default mode inetd-run (its data connections
+        are the ones sovia can carry today), passive.
+    ftp_run.py check [--sovia PATH] [--server-sovia] [--client-sovia]
+                     [--mode MODE] [--active] [--size 1M]
+        one session (get, put, dir), sha256 compared, the client's output
+        and SOVIA_STAT_LOG records printed: the command to reproduce a
+        failure by hand.
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from ftp_client import exit_record, run_client
+from ftp_server import MODES, Server, Unavailable
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def make_file(path, size):
+    """`size` random bytes (random, so nothing on the way can compress)."""
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            n = min(left, 1 << 22)
+            f.write(os.urandom(n))
+            left -= n
+
+
+# ---- command line -------------------------------------------------------------
+
+def parse_size(s):
+    m = re.fullmatch(r"(\d+)([KMG]?)", s.strip(), re.I)
+    if not m:
+        raise argparse.ArgumentTypeError(f"size: {s}")
+    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
+
+
+def tmpfs_dir(base):
+    d = tempfile.mkdtemp(prefix="ftprun-", dir=base)
+    for sub in ("srv", "cli"):
+        os.mkdir(os.path.join(d, sub))
+    return d
+
+
+def one_get(srv, d, size, sovia, passive, timeout, profile=None):
+    """(seconds the client reports, carried) for one get of srv/f (deleted
+    after); carried: the client's exit record shows sovia moved the file."""
+    dst, log = os.path.join(d, "cli", "f"), os.path.join(d, "stat.jsonl")
+    res = run_client(srv, ["get f"], os.path.join(d, "cli"), sovia, passive,
+                     os.path.join(d, "srv"), {"SOVIA_STAT_LOG": log}, timeout,
+                     profile=profile)
+    try:
+        got = [t for t in res.transfers if t[1] == "received"]
+        if res.rc != 0 or not got or got[0][0] != size or os.path.getsize(dst) != size:
+            last = (res.out.strip().splitlines() or ["(no output)"])[-1]
+            how = "killed at the timeout" if res.rc is None else f"exit {res.rc}"
+            raise RuntimeError(f"get of {size} bytes failed ({how}; last line: {last})\n"
+                               f"{res.describe()}")
+        rec = exit_record(log, res.pid)
+        return got[0][2], bool(rec and rec["carried"] >= 1 and rec["bytes_received"] >= size)
+    finally:
+        for p in (dst, log):
+            if os.path.exists(p):
+                os.unlink(p)
+
+
+def one_cp(d):
+    dst = os.path.join(d, "cli", "f")
+    t0 = time.monotonic()
+    subprocess.run(["cp", os.path.join(d, "srv", "f"), dst], check=True)
+    dt = time.monotonic() - t0
+    os.unlink(dst)
+    return dt
+
+
+def bench_one(ns, d, size, tr):
+    """(runs in seconds, carried) of one size over one transport."""
+    if tr == "cp":
+        return [one_cp(d) for _ in range(ns.repeat)], None
+    sovia = ns.sovia if tr == "sovia" else None
+    with Server(d, ns.mode, sovia, profile=ns.profile) as srv:
+        got = [one_get(srv, d, size, sovia, not ns.active, ns.timeout, ns.profile)
+               for _ in range(ns.repeat)]
+    carried = all(g[1] for g in got) if tr == "sovia" else None
+    if carried is False:
+        print(f"ftp_run: {size} bytes: not carried by sovia in every run "
+              "(fell back to kernel TCP)", file=sys.stderr)
+    return [g[0] for g in got], carried
+
+
+def bench(ns):
+    """JSON lines: each size, each transport, the median of ns.repeat runs.
+    For "sovia", "carried" says whether every run's file went over sovia
+    (a connection that fell back to kernel TCP measures TCP). A transport
+    that fails gives no row: its error goes to stderr (as a JSON object
+    too), and the exit status is 1 only when nothing was measured."""
+    d = tmpfs_dir(ns.dir)
+    measured = 0
+    try:
+        for size in ns.sizes:
+            make_file(os.path.join(d, "srv", "f"), size)
+            for tr in ns.transports:
+                row = {"size_bytes": size, "transport": tr}
+                if tr != "cp":
+                    row.update(mode=ns.mode, passive=not ns.active,
+                               profile=ns.profile if tr == "sovia" else None)
+                try:
+                    runs, carried = bench_one(ns, d, size, tr)
+                except RuntimeError as e:
+                    print(f"ftp_run: {tr}, {size} bytes: {e}", file=sys.stderr)
+                    print(json.dumps(dict(row, error=str(e).splitlines()[0])), file=sys.stderr)
+                    continue
+                sec = statistics.median(runs)
+                row.update(seconds=sec, mbps=size * 8 / sec / 1e6, runs=runs, carried=carried)
+                print(json.dumps(row), flush=True)
+                measured += 1
+            os.unlink(os.path.join(d, "srv", "f"))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return 0 if measured else 1
+
+
+def check(ns):
+    """One session: get, put and dir; exit status 0 when all is byte-exact."""
+    d = tmpfs_dir(ns.dir)
+    log = os.path.join(d, "stat.jsonl")
+    env = {"SOVIA_STAT_LOG": log}
+    try:
+        src = os.path.join(d, "srv", "a.bin")
+        make_file(src, ns.size)
+        with Server(d, ns.mode, ns.sovia if ns.server_sovia else None, env,
+                    profile=ns.profile) as srv:
+            print(f"server: {' '.join(srv.argv)}", flush=True)
+            res = run_client(srv, ["get a.bin b.bin", "put b.bin c.bin", "dir"],
+                             os.path.join(d, "cli"), ns.sovia if ns.client_sovia else None,
+                             not ns.active, os.path.join(d, "srv"), env, ns.timeout,
+                             profile=ns.profile)
+            print(res.describe())
+            print(f"server log:\n{srv.log_text()}")
+        want = sha256(src)
+        ok = res.rc == 0
+        for name in ("cli/b.bin", "srv/c.bin"):
+            p = os.path.join(d, name)
+            got = sha256(p) if os.path.exists(p) else "(missing)"
+            print(f"{name}: {'ok' if got == want else 'DIFFERS ' + got}")
+            ok = ok and got == want
+        if os.path.exists(log):
+            with open(log) as f:
+                print(f"SOVIA_STAT_LOG:\n{f.read()}")
+        return 0 if ok else 1
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("bench", "check"):
+        p = sub.add_parser(name)
+        p.add_argument("--sovia", default=shutil.which("sovia"), help="the sovia command")
+        # bench: the mode whose data connections sovia carries today (the
+        # standalone and inetd modes wait for issue 4's fork and exec work)
+        p.add_argument("--mode", choices=MODES,
+                       default="inetd-run" if name == "bench" else "standalone")
+        p.add_argument("--active", action="store_true", help="active mode (PORT/EPRT)")
+        p.add_argument("--dir", default="/dev/shm", help="tmpfs for the files")
+        p.add_argument("--profile", choices=("latency", "throughput", "balanced"),
+                       help="sovia run --profile (default: sovia's own)")
+        p.add_argument("--timeout", type=float, default=120, help="per ftp session, s")
+    b = sub.choices["bench"]
+    b.add_argument("--sizes", type=lambda s: [parse_size(x) for x in s.split(",")],
+                   default=[13374187, 168919040, 1 << 30])
+    b.add_argument("--transports", type=lambda s: s.split(","), default=["tcp", "sovia", "cp"])
+    b.add_argument("--repeat", type=int, default=3)
+    c = sub.choices["check"]
+    c.add_argument("--size", type=parse_size, default=1 << 20)
+    c.add_argument("--server-sovia", action="store_true")
+    c.add_argument("--client-sovia", action="store_true")
+    ns = ap.parse_args()
+    if (ns.cmd == "bench" and "sovia" in ns.transports or
+            ns.cmd == "check" and (ns.server_sovia or ns.client_sovia)) and not ns.sovia:
+        ap.error("sovia command not found: give --sovia")
+    try:
+        sys.exit(bench(ns) if ns.cmd == "bench" else check(ns))
+    except Unavailable as e:
+        print(f"ftp_run: {e}", file=sys.stderr)
+        sys.exit(77)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""FTP (issue 5): Debian's ftpd (linux-ftpd 0.17) and ftp client (tnftp),
+unmodified, on a private instance (src/apps/ftp/ftp_server.py). One session per
+case: get and put of a 1 MiB and an 8 MiB file, then `dir` (ftpd forks
+/bin/ls), in passive or active mode; every file byte-exact (sha256), the
+listing right, SOVIA_STAT_LOG showing which connections sovia carried.
+
+Server modes: standalone (`in.ftpd -D`), inetd (`inetd -E` under sovia run,
+ftpd inherits it), inetd-run (plain inetd running `sovia run -- in.ftpd`).
+Scenarios: both ends under sovia, or only one (everything on kernel TCP).
+
+Cases that fail because of known gaps are skipped with the gap's name;
+FTP_TEST_KNOWN_GAPS=stdio,pollout,... (or "all") runs them anyway.
+
+usage: test_ftp.py --sovia /path/to/sovia [unittest args]
+Needs root and a private mount namespace (unshare -m); skipped (77) without.
+"""
+import hashlib
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "programs"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "src", "apps", "ftp"))
+import progtest as pt  # noqa: E402
+import ftp_client  # noqa: E402
+import ftp_run  # noqa: E402
+import ftp_server  # noqa: E402
+
+FILES = {"small.bin": 1 << 20, "big.bin": 8 << 20}
+CLIENT_TIMEOUT = 20  # s: a session takes well under 1 s on kernel TCP
+
+# Known gaps (docs/ARCHITECTURE.md, Transparent mode; issue 4), by name, as
+# of 533eb5a; patches for three of them are in the lead's hands.
+GAPS = {
+    "exec": "a connection inherited across exec (inetd accepts, forks, execs ftpd on it) "
+            "is not carried: the exec'd ftpd holds no sovia state, so the client reads EOF "
+            "at once, '421 Service not available, remote server has closed connection'",
+    "stdio": "ftpd serves the control connection through stdin/stdout after dup2(socket, "
+             "0/1); glibc's standard streams read and write through its internal entry "
+             "points, so the 220 greeting goes to the kernel socket while the client reads "
+             "over sovia: the client hangs after 'Connected to' "
+             "(patch: /root/scratch/patches/ftp-stdio-dup2.patch)",
+    "exit": "bytes a process writes just before _exit() are lost when sovia holds them "
+            "back to combine small messages (SOVIA_COMBINE, the default): ftpd's "
+            "'221 Goodbye.' then _exit never reaches the client "
+            "(reproducer: /root/scratch/ftp/write_exit.c)",
+    "pollout": "a client's non-blocking connect: poll(POLLOUT) waits for the pairing, "
+               "which waits for the server's accept, which ftpd does only after the "
+               "client's RETR: each passive data connection stalls 1 s, then falls back "
+               "(patch: /root/scratch/patches/ftp-pollout-pending.patch)",
+    "fdopen": "fdopen() on a TCP socket before connect() gives a plain stdio stream; "
+              "its fclose() closes the descriptor inside glibc, unseen: no EOF reaches "
+              "the peer (active mode: the client hangs after '150 Opening') and the "
+              "stale entry captures the next descriptor with that number "
+              "(patch: /root/scratch/patches/ftp-fdopen-unconnected.patch)",
+}
+
+
+def gaps_of(mode, scenario, passive):
+    """The known gaps a case depends on (only with both ends under sovia)."""
+    if scenario != pt.BOTH:
+        return []
+    g = {"standalone": ["stdio", "exit"], "inetd": ["exec", "stdio", "exit"],
+         "inetd-run": []}[mode]
+    return g + (["pollout"] if passive else ["fdopen"])
+
+
+def enabled_gaps():
+    v = os.environ.get("FTP_TEST_KNOWN_GAPS", "")
+    return set(GAPS) if v.strip() == "all" else {x.strip() for x in v.split(",") if x.strip()}
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def preload_mapped(pid):
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return "libsovia-preload" in f.read()
+    except OSError:
+        return False
+
+
+class Ftp(pt.ProgramCase):
+    def session(self, mode, scenario, passive):
+        skip = [g for g in gaps_of(mode, scenario, passive) if g not in enabled_gaps()]
+        if skip:
+            self.skipTest(f"known gaps {'+'.join(skip)} (FTP_TEST_KNOWN_GAPS={','.join(skip)} "
+                          "runs it): " + "; ".join(f"{g}: {GAPS[g]}" for g in skip))
+        s_under, c_under = pt.under(scenario)
+        srv_dir, cli_dir = os.path.join(self.tmp, "srv"), os.path.join(self.tmp, "cli")
+        os.mkdir(srv_dir)
+        os.mkdir(cli_dir)
+        for name, size in FILES.items():
+            ftp_run.make_file(os.path.join(srv_dir, name), size)
+        env = {"SOVIA_STAT_LOG": self.statlog}
+        srv = ftp_server.Server(self.tmp, mode, pt.SOVIA if s_under else None, env)
+        srv.start()
+        self.addCleanup(srv.stop)
+        if mode != "inetd-run":  # the listener itself runs the server's program
+            self.assertEqual(preload_mapped(srv.daemon_pid), s_under,
+                             f"{mode} listener {srv.daemon_pid}: preload mapped?")
+        names = list(FILES)
+        cmds = [f"get {n} {n}.got" for n in names] + \
+               [f"put {n}.got {n}.put" for n in names] + ["dir"]
+        stuck = []
+
+        def look(client_pid):
+            """At the timeout: sovia's view and every process's stack."""
+            st = subprocess.run([pt.SOVIA, "stat"], capture_output=True, text=True)
+            stuck.append(f"=== sovia stat at the timeout:\n{st.stdout}{st.stderr}")
+            for pid in sorted(srv.pids() | {client_pid}):
+                stuck.append(f"=== stacks of {pid}:\n{pt.stack_dump(pid)}")
+
+        res = ftp_client.run_client(srv, cmds, cli_dir, pt.SOVIA if c_under else None, passive,
+                                 srv_dir, env, CLIENT_TIMEOUT, look)
+        stuck = "\n".join(stuck)
+        srv.stop()
+        ctx = f"\n{res.describe()}\n=== server log:\n{srv.log_text()}\n" + \
+              f"=== SOVIA_STAT_LOG:\n{self.stat_text()}\n{stuck}"
+        self.assertIsNotNone(res.rc, f"ftp still running after {CLIENT_TIMEOUT} s" + ctx)
+        self.assertEqual(res.rc, 0, ctx)
+        self.check_transfers(res, srv_dir, cli_dir, names, ctx)
+        self.check_client_record(mode, scenario, res, ctx)
+        if mode == "inetd" and s_under:  # inetd ends with exit(): it leaves a record
+            recs = [r for r in self.records().values() if r["exe"] == ftp_server.INETD]
+            self.assertEqual(len(recs), 1, "inetd's exit record" + ctx)
+            self.assertGreaterEqual(recs[0]["carried"] + recs[0]["kernel"] +
+                                    recs[0]["fell_back"], 1, ctx)
+        rates = ", ".join(f"{n} B {d} in {s * 1e3:.1f} ms" for n, d, s in res.transfers)
+        pt.report(f"ftp {mode} {scenario} {'passive' if passive else 'active'}: {rates}")
+
+    def check_transfers(self, res, srv_dir, cli_dir, names, ctx):
+        """Every file byte-exact both ways, the client's reports, the listing."""
+        for n in names:
+            want = sha256(os.path.join(srv_dir, n))
+            for path in (os.path.join(cli_dir, n + ".got"), os.path.join(srv_dir, n + ".put")):
+                self.assertTrue(os.path.exists(path), f"{path} missing" + ctx)
+                self.assertEqual(sha256(path), want, f"{path} differs" + ctx)
+        want = [(FILES[n], "received") for n in names] + [(FILES[n], "sent") for n in names]
+        self.assertEqual([(b, d) for b, d, _ in res.transfers], want, ctx)
+        self.assertEqual(len(res.replies(226)), len(names) * 2 + 1, "226 replies" + ctx)
+        self.assertEqual(res.replies(221), ["221 Goodbye."], "the reply to QUIT" + ctx)
+        listing = res.listing()
+        expect = {**FILES, **{n + ".put": FILES[n] for n in names}}
+        self.assertEqual(listing, expect, "dir listing (ls -lA by ftpd)" + ctx)
+
+    def check_client_record(self, mode, scenario, res, ctx):
+        """Both under sovia: every data connection carried (5: four files
+        and the listing), the control one too unless inetd accepted it
+        outside sovia. One side: all six stay kernel TCP, none waited to
+        fall back."""
+        rec = ftp_client.exit_record(self.statlog, res.pid)
+        if scenario == pt.SERVER_ONLY:
+            self.assertIsNone(rec, "client not under sovia has a record" + ctx)
+            return
+        self.assertIsNotNone(rec, f"no exit record for the client (pid {res.pid})" + ctx)
+        data = sum(FILES.values())
+        if scenario == pt.CLIENT_ONLY:
+            self.assertEqual((rec["carried"], rec["fell_back"], rec["kernel"]), (0, 0, 6),
+                             f"client record {rec}" + ctx)
+            return
+        control_carried = mode != "inetd-run"
+        self.assertEqual((rec["carried"], rec["fell_back"], rec["kernel"]),
+                         (5 + control_carried, 0, 1 - control_carried),
+                         f"client record {rec}" + ctx)
+        self.assertGreaterEqual(rec["bytes_sent"], data, f"client record {rec}" + ctx)
+        self.assertGreaterEqual(rec["bytes_received"], data, f"client record {rec}" + ctx)
+
+
+def add_cases():
+    for mode in ftp_server.MODES:
+        for scenario in pt.SCENARIOS:
+            for passive in (True, False):
+                name = (f"test_{mode.replace('-', '_')}_{scenario.replace('-', '_')}_"
+                        f"{'passive' if passive else 'active'}")
+                setattr(Ftp, name,
+                        lambda self, m=mode, s=scenario, p=passive: self.session(m, s, p))
+
+
+add_cases()
+
+if __name__ == "__main__":
+    try:
+        ftp_server.check_available()
+    except ftp_server.Unavailable as e:
+        print(f"SKIP: {e}", file=sys.stderr)
+        sys.exit(pt.SKIP)
+    pt.main()
