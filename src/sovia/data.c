@@ -57,7 +57,13 @@ static void repost_and_ack(struct sov_conn *c, unsigned i)
 static void consumed(struct sov_conn *c, unsigned i)
 {
     sov_repost_deferred(c);
-    if (c->cfg.window < 4) { /* one held buffer would be much of the window */
+    /* Not deferred when one held buffer would be much of the window, nor
+     * when ack_every == w: then the held buffer can be the one whose ACK
+     * the peer's closed window waits for, and a reader that never waits
+     * inside sovia (non-blocking recv retried) would stall it for good
+     * (tests/model/README.md). With ack_every < w the peer always keeps a
+     * credit, and its next DATA reposts the held buffer. */
+    if (c->cfg.window < 4 || c->ack_every >= c->cfg.window) {
         repost_and_ack(c, i);
         return;
     }

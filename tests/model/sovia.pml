@@ -63,7 +63,8 @@
                     non-blocking recv() after EAGAIN (or sleeps elsewhere) */
 #endif
 #ifndef FIX_DEFER
-#define FIX_DEFER 0 /* proposed fix: defer a repost only while ack_every < w */
+#define FIX_DEFER 1 /* as the code: defer a repost only while ack_every < w
+                       (0: the rule before the fix, which stalls a poller) */
 #endif
 #ifndef BUG_NO_PACING
 #define BUG_NO_PACING 0 /* injected bug: ACKs not paced to the peer's slots */

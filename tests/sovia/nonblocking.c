@@ -12,7 +12,10 @@
  *    timeout is honoured (roughly); negative fds ignored, closed fds
  *    POLLNVAL;
  *  - POLLRDHUP and POLLIN after the peer's SHUT_WR, POLLHUP when both
- *    directions are closed.
+ *    directions are closed;
+ *  - a receiver that only retries non-blocking recv (never waits inside
+ *    sovia), combining off, ack_every == w: the sender never stalls
+ *    (tests/model/README.md, finding 2).
  */
 #include "sharness.h"
 
@@ -590,6 +593,67 @@ static void rdhup_client(int chan, void *arg)
     SYS(sov_close(fd));
 }
 
+
+/* ---- A receiver that only polls (tests/model/README.md, finding 2) ------- */
+
+#define POLLER_MSG 4000
+#define POLLER_COUNT 80
+
+struct poller_cfg {
+    unsigned recv_w, recv_t, send_w, send_t;
+};
+
+static void use_window(unsigned w, unsigned t)
+{
+    struct sov_config c;
+    SYS(sov_get_config(&c));
+    c.window = w;
+    c.ack_threshold = t;
+    c.combine = 0; /* no timer to give a held buffer back */
+    SYS(sov_set_config(&c));
+}
+
+static void poller_sender(int chan, void *arg)
+{
+    const struct poller_cfg *pc = arg;
+    use_window(pc->send_w, pc->send_t);
+    uint16_t port;
+    int lfd = s_listener(AF_INET, &port, 1);
+    s_put_u64(chan, port);
+    int fd = s_accept(lfd);
+    s_send_pattern(fd, 21, 0, (size_t)POLLER_MSG * POLLER_COUNT, 0);
+    s_want(chan, 'D');
+    CHECK_EQ(SYS(sov_close(fd)), 0);
+    CHECK_EQ(SYS(sov_close(lfd)), 0);
+}
+
+/* Never waits inside sovia: non-blocking recv, and a sleep elsewhere. The
+ * sender must not stall for want of an acknowledgement this end holds. */
+static void poller_receiver(int chan, void *arg)
+{
+    const struct poller_cfg *pc = arg;
+    use_window(pc->recv_w, pc->recv_t);
+    int fd = s_connect(AF_INET, (uint16_t)s_get_u64(chan));
+    static unsigned char buf[POLLER_MSG];
+    size_t total = 0, want = (size_t)POLLER_MSG * POLLER_COUNT;
+    double last = s_now_ms();
+    while (total < want) {
+        ssize_t n = sov_recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0) {
+            CHECK_EQ(s_pattern_check(buf, (size_t)n, 21, total), -1);
+            total += (size_t)n;
+            last = s_now_ms();
+            continue;
+        }
+        CHECK_MSG(n == -1 && errno == EAGAIN, "sov_recv: %zd (errno %s)", n, s_errname(errno));
+        CHECK_MSG(s_now_ms() - last < 3000, "the sender stalled: %zu of %zu bytes (w=%u t=%u)",
+                  total, want, pc->recv_w, pc->recv_t);
+        s_sleep_ms(1);
+    }
+    s_tok(chan, 'D');
+    CHECK_EQ(SYS(sov_close(fd)), 0);
+}
+
 int main(void)
 {
     s_init("nonblocking", 110);
@@ -609,5 +673,10 @@ int main(void)
         s_run_pair("server", mixed_server, "client", mixed_client, NULL);
     if (s_case("rdhup"))
         s_run_pair("server", rdhup_server, "client", rdhup_client, NULL);
+    static struct poller_cfg t_is_w = {4, 4, 4, 4}, few_ack_slots = {32, 16, 1, 1};
+    if (s_case("poll_only_receiver"))
+        s_run_pair("server", poller_sender, "client", poller_receiver, &t_is_w);
+    if (s_case("poll_only_receiver_few_ack_slots"))
+        s_run_pair("server", poller_sender, "client", poller_receiver, &few_ack_slots);
     s_pass();
 }
