@@ -2,6 +2,7 @@
 #include "fz.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 void fz_fail(const char *file, int line, const char *what)
@@ -114,6 +116,35 @@ socklen_t fz_vipl_sockaddr(struct sockaddr_un *sun, const char *disc)
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
+static int sys_poll(struct pollfd *pfd, unsigned long n, int timeout_ms)
+{
+    return poll(pfd, n, timeout_ms);
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int fz_poll_with(int (*fn)(struct pollfd *, unsigned long, int), struct pollfd *pfd,
+                 unsigned n, int timeout_ms)
+{
+    long long end = now_ms() + timeout_ms;
+    for (;;) {
+        long long left = end - now_ms();
+        int rc = fn(pfd, n, left > 0 ? (int)left : 0);
+        if (rc >= 0 || errno != EINTR)
+            return rc;
+    }
+}
+
+int fz_poll(struct pollfd *pfd, unsigned n, int timeout_ms)
+{
+    return fz_poll_with(sys_poll, pfd, n, timeout_ms);
+}
+
 ssize_t fz_send_fds(int sock, const void *buf, size_t len, const int *fds, int n)
 {
     union {
@@ -148,7 +179,7 @@ ssize_t fz_recv_fds(int sock, void *buf, size_t len, int *fds, int max, int *nfd
                         .msg_controllen = sizeof(u.buf)};
     struct pollfd pfd = {.fd = sock, .events = POLLIN};
     *nfds = 0;
-    if (poll(&pfd, 1, timeout_ms) != 1)
+    if (fz_poll(&pfd, 1, timeout_ms) != 1)
         return -1;
     ssize_t got = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     for (struct cmsghdr *c = got >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {

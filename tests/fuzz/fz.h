@@ -109,6 +109,14 @@ int fz_make_fd(enum fz_fd_kind kind, size_t len, const void *init, size_t init_l
 /* The abstract socket address a vipl listener uses for `disc`. */
 socklen_t fz_vipl_sockaddr(struct sockaddr_un *sun, const char *disc);
 
+/* poll() that goes on after a signal (libFuzzer's timeout timer interrupts
+ * sleeps every few seconds) until timeout_ms in all have passed. */
+struct pollfd;
+int fz_poll(struct pollfd *pfd, unsigned n, int timeout_ms);
+/* The same around another poll function (sov_poll). */
+int fz_poll_with(int (*fn)(struct pollfd *, unsigned long, int), struct pollfd *pfd,
+                 unsigned n, int timeout_ms);
+
 /* One message of `len` bytes with n (<= 8) descriptors (SCM_RIGHTS).
  * Returns what sendmsg returns. */
 ssize_t fz_send_fds(int sock, const void *buf, size_t len, const int *fds, int n);

@@ -163,7 +163,7 @@ static void victim_client(const struct shm_msg *m, size_t mlen, const int *fds, 
     pthread_t t;
     FZ_CHECK(pthread_create(&t, NULL, client_thread, &j) == 0);
     struct pollfd pfd = {.fd = g.lsock, .events = POLLIN};
-    FZ_CHECK(poll(&pfd, 1, 5000) == 1);
+    FZ_CHECK(fz_poll(&pfd, 1, 5000) == 1);
     int s = accept4(g.lsock, NULL, NULL, SOCK_CLOEXEC);
     FZ_CHECK(s >= 0);
     drain_victim_msg(s); /* the request and the victim's descriptors */

@@ -252,6 +252,11 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+static int sov_poll_fn(struct pollfd *pfd, unsigned long n, int timeout_ms)
+{
+    return sov_poll(pfd, (nfds_t)n, timeout_ms);
+}
+
 /* The victim's accept: within 5 s exactly when the WAKEUP was valid. */
 static void accept_victim(struct run *r, bool expect)
 {
@@ -269,7 +274,7 @@ static void accept_victim(struct run *r, bool expect)
         if (!expect && st != VIP_STATE_CONNECTED)
             break; /* the victim dropped the connection, as it must */
         struct pollfd pfd = {.fd = g.lfd, .events = POLLIN};
-        sov_poll(&pfd, 1, 1);
+        fz_poll_with(sov_poll_fn, &pfd, 1, 1);
     }
     fz_trace("accept: %d (expected %s)", r->fd, expect ? "yes" : "no");
     if (expect)
@@ -294,7 +299,7 @@ static bool connect_victim(struct run *r, uint32_t imm, uint32_t len)
     bool valid = send_pkt(r, imm, len) && wakeup_valid(imm);
     /* Writable once connected (with the peer's window as credit), or failed. */
     struct pollfd pfd = {.fd = r->fd, .events = POLLOUT};
-    int ready = sov_poll(&pfd, 1, valid ? 5000 : 2000);
+    int ready = fz_poll_with(sov_poll_fn, &pfd, 1, valid ? 5000 : 2000);
     int err = 0;
     socklen_t elen = sizeof(err);
     FZ_CHECK(sov_getsockopt(r->fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0);
