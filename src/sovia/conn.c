@@ -303,8 +303,16 @@ static int await_wakeup(struct sov_conn *c)
         r = VipRecvWait(c->vi, 10000, &d);
     if (r == VIP_TIMEOUT)
         return -ETIMEDOUT;
-    if (r != VIP_SUCCESS || sov_conn_wakeup(c, d) != 0)
+    if (r != VIP_SUCCESS)
+        return -ECONNRESET; /* the VI broke: the next handling sees it flushed */
+    if (sov_conn_wakeup(c, d) != 0) {
+        /* Not a WAKEUP, or a malformed one: a protocol violation, which
+         * fails this connection (docs/PROTOCOL.md). Nothing else would:
+         * a client would stay connected with no window and wait for ever. */
+        c->reset = true;
+        VipDisconnect(c->vi);
         return -ECONNRESET;
+    }
     return 0;
 }
 

@@ -14,6 +14,14 @@
 static void abort_conn(struct sov_conn *c)
 {
     c->reset = true;
+    /* Unread DATA goes with the connection, as TCP drops it on a reset:
+     * VipDisconnect gives the VI fresh (zeroed) segments, so the arena
+     * buffers the recvq names no longer hold it, and reading them would
+     * hand the application zeros instead of ECONNRESET. */
+    c->rq_count = 0;
+    c->rq_off = 0;
+    c->rx_bytes = 0;
+    c->deferred = -1;
     VIP_VI_STATE st;
     if (VipQueryVi(c->vi, &st, NULL, NULL, NULL) == VIP_SUCCESS && st == VIP_STATE_CONNECTED)
         VipDisconnect(c->vi); /* the peer learns at once (ECONNRESET) */
@@ -85,6 +93,9 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
     size_t i = (size_t)(d - c->rdesc);
     if (i >= c->nrecv)
         return; /* not ours: cannot happen with a sane provider */
+    if (c->reset)
+        return; /* after a reset nothing more is delivered (a packet that
+                  * completed before the VI failed would leave a gap) */
     uint32_t status = d->CS.Status;
     if (status & VIP_STATUS_ERROR_MASK) {
         sov_conn_lost(c); /* flushed: the VI broke or the other side is gone */

@@ -64,19 +64,16 @@ static void seeds_mode(void)
     name(n, sizeof(n), "stream");
     seed_write("sovia_packet", n, &s);
 
-    /* A client's copies of these two reproduce a known bug and live in
-     * repro/sovia_packet/ until it is fixed (repro/README.md). */
+    /* Both roles: a client must fail too (once a hang, fuzz-found). */
     s.n = 0;
     first(&s, DATA);
     name(n, sizeof(n), "no-wakeup");
-    if (!client)
-        seed_write("sovia_packet", n, &s);
+    seed_write("sovia_packet", n, &s);
 
     s.n = 0;
     first(&s, WAKEUP | 2000u << 8 | 1u << 20);
     name(n, sizeof(n), "big-window");
-    if (!client)
-        seed_write("sovia_packet", n, &s);
+    seed_write("sovia_packet", n, &s);
 
     s.n = 0;
     first(&s, wakeup);
