@@ -20,7 +20,7 @@ enum {
     BENCH_EXIT_UNAVAILABLE = 3, /* the transport cannot run on this machine */
 };
 
-enum bench_mode { BENCH_LAT, BENCH_BW, BENCH_SWEEP, BENCH_IDLE };
+enum bench_mode { BENCH_LAT, BENCH_BW, BENCH_SWEEP, BENCH_IDLE, BENCH_WAKE };
 
 struct bench_params {
     enum bench_mode mode;
@@ -31,6 +31,7 @@ struct bench_params {
     size_t max_size; /* sweep: largest size tried */
     bool json;       /* one JSON object per line instead of a table */
     const char *config; /* --config: a sovia configuration label; NULL: none */
+    bool same_cpu;      /* wake: both threads on one CPU */
 };
 
 #define BENCH_DEFAULT_LAT_ITERS 100000u

@@ -52,6 +52,7 @@ const struct bench_transport *bench_find_transport(const char *name);
 
 extern const struct bench_transport bench_transport_limit;
 extern const struct bench_transport bench_transport_tcp;
+extern const struct bench_transport bench_transport_tcp_nagle;
 extern const struct bench_transport bench_transport_tcp_poll;
 extern const struct bench_transport bench_transport_uds;
 extern const struct bench_transport bench_transport_preload;
@@ -128,6 +129,9 @@ struct bench_idle_sample {
 /* The driver blocks in recv_msg while the peer is silent for `seconds`. */
 int bench_measure_idle(const struct bench_transport *t, void *ep, double seconds,
                        struct bench_idle_sample *out);
+
+/* `wake`: two threads of this process, no transport (bench_wake.c). */
+int bench_run_wake(const struct bench_params *p);
 
 /* Sweep sizes (NetPIPE: c-3, c, c+3 for c = 1, 2, 4, ...), sorted, deduped,
  * none above max_size. Returns the count; *sizes is malloc'd. */

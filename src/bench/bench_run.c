@@ -49,6 +49,8 @@ static int drive(const struct bench_transport *t, void *ep, const struct bench_p
     }
     case BENCH_SWEEP:
         return bench_measure_sweep(t, ep, max_msg, p->json, cfg);
+    case BENCH_WAKE:
+        break; /* bench_run_wake, before any transport */
     case BENCH_IDLE: {
         struct bench_idle_sample s;
         if (bench_measure_idle(t, ep, p->seconds, &s) != 0)
@@ -86,6 +88,8 @@ int bench_run(const struct bench_params *p)
     int rc, status;
     pid_t pid;
 
+    if (p->mode == BENCH_WAKE)
+        return bench_run_wake(p);
     if (!t) {
         fprintf(stderr, "sovia bench: unknown transport '%s' (see sovia bench --help)\n",
                 p->transport);

@@ -1,6 +1,7 @@
 /*
  * transport_socket.c - kernel sockets: tcp (blocking, 127.0.0.1),
- * tcp-poll (nonblocking, receiver busy-polls) and uds (socketpair).
+ * tcp-nagle (tcp with Nagle's algorithm on, as the papers' TCP), tcp-poll
+ * (nonblocking, receiver busy-polls) and uds (socketpair).
  * Streams carry no boundaries; the lock-step protocol means each side
  * always knows how many bytes the next message has.
  */
@@ -19,7 +20,7 @@
 #define ACCEPT_TIMEOUT_S 10.0
 #define SPIN_CHECK (1u << 16)
 
-enum sock_kind { SOCK_TCP, SOCK_TCP_POLL, SOCK_UDS };
+enum sock_kind { SOCK_TCP, SOCK_TCP_NAGLE, SOCK_TCP_POLL, SOCK_UDS };
 
 struct sock_shared {
     enum sock_kind kind;
@@ -37,7 +38,8 @@ struct sock_ep {
 
 static const char *kind_name(enum sock_kind k)
 {
-    return k == SOCK_TCP ? "tcp" : k == SOCK_TCP_POLL ? "tcp-poll" : "uds";
+    return k == SOCK_TCP ? "tcp" : k == SOCK_TCP_NAGLE ? "tcp-nagle"
+         : k == SOCK_TCP_POLL ? "tcp-poll" : "uds";
 }
 
 static int sock_prepare(enum sock_kind kind, void **shared)
@@ -80,6 +82,13 @@ static int prepare_tcp(const struct bench_params *p, size_t m, void **sh)
     (void)p;
     (void)m;
     return sock_prepare(SOCK_TCP, sh);
+}
+
+static int prepare_tcp_nagle(const struct bench_params *p, size_t m, void **sh)
+{
+    (void)p;
+    (void)m;
+    return sock_prepare(SOCK_TCP_NAGLE, sh);
 }
 
 static int prepare_tcp_poll(const struct bench_params *p, size_t m, void **sh)
@@ -142,7 +151,7 @@ static int sock_setup(void *shared, enum bench_role role, size_t max_msg, void *
         free(ep);
         return -1;
     }
-    if (s->kind != SOCK_UDS &&
+    if (s->kind != SOCK_UDS && s->kind != SOCK_TCP_NAGLE &&
         setsockopt(ep->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) {
         fprintf(stderr, "%s: TCP_NODELAY: %s\n", ep->name, strerror(errno));
         close(ep->fd);
@@ -267,6 +276,16 @@ const struct bench_transport bench_transport_tcp = {
     .summary = "kernel TCP over 127.0.0.1, blocking, TCP_NODELAY",
     .polling = false,
     .prepare = prepare_tcp,
+    SOCK_OPS,
+};
+
+/* The papers' TCP (seed 004 Fig. 7-8): Nagle's algorithm combines small
+ * writes, which is what SOVIA_COMBINE is measured against. */
+const struct bench_transport bench_transport_tcp_nagle = {
+    .name = "tcp-nagle",
+    .summary = "kernel TCP over 127.0.0.1, blocking, Nagle's algorithm on (the papers' TCP)",
+    .polling = false,
+    .prepare = prepare_tcp_nagle,
     SOCK_OPS,
 };
 

@@ -212,6 +212,8 @@ static int ucx_run_external(const struct bench_params *p)
     case BENCH_IDLE:
         fprintf(stderr, "ucx: idle is not measured (ucx_perftest has no such test)\n");
         return BENCH_EXIT_UNAVAILABLE;
+    case BENCH_WAKE:
+        break; /* bench_run_wake, before any transport */
     }
     return BENCH_EXIT_USAGE;
 }

@@ -14,7 +14,8 @@
 #include <string.h>
 
 enum { OPT_TRANSPORT = 't', OPT_SIZE = 's', OPT_ITERS = 'n', OPT_SECONDS = 'S',
-       OPT_MAX_SIZE = 'm', OPT_JSON = 'j', OPT_CONFIG = 'c', OPT_HELP = 'h' };
+       OPT_MAX_SIZE = 'm', OPT_JSON = 'j', OPT_CONFIG = 'c', OPT_SAME_CPU = 'C',
+       OPT_HELP = 'h' };
 
 #define O_TRANSPORT {"transport", required_argument, NULL, OPT_TRANSPORT}
 #define O_SIZE {"size", required_argument, NULL, OPT_SIZE}
@@ -32,6 +33,9 @@ static const struct option bw_opts[] = {
 static const struct option idle_opts[] = {
     O_TRANSPORT, {"seconds", required_argument, NULL, OPT_SECONDS}, O_CONFIG, O_JSON, O_HELP,
     O_END};
+static const struct option wake_opts[] = {
+    {"iters", required_argument, NULL, OPT_ITERS}, {"same-cpu", no_argument, NULL, OPT_SAME_CPU},
+    O_JSON, O_HELP, O_END};
 static const struct option sweep_opts[] = {
     O_TRANSPORT, {"max-size", required_argument, NULL, OPT_MAX_SIZE}, O_CONFIG, O_JSON, O_HELP,
     O_END};
@@ -118,6 +122,19 @@ static const struct bench_mode_desc modes[] = {
      "  --json         one JSON object: transport, seconds, cpu_percent (sovia\n"
      "                 transports: also config)\n",
      idle_opts},
+    {"wake", BENCH_WAKE, "cost of waking a blocked thread (the papers' Tsync)",
+     "usage: sovia bench wake [--iters K] [--same-cpu] [--json]\n"
+     "\n"
+     "Two threads of one process pass a token back and forth through a mutex and\n"
+     "condition variables, each sleeping until the other signals: one-way = half\n"
+     "the round trip, the time to wake a blocked thread (Tsync in Kim et al.,\n"
+     "2003, section 5.2). No transport is involved.\n"
+     "\n"
+     "  --iters K      round trips (default 20000)\n"
+     "  --same-cpu     both threads on one CPU (default: two CPUs)\n"
+     "  --json         one JSON object: transport (wake or wake-same-cpu), size\n"
+     "                 (0), iters, one_way_p50_us, one_way_mean_us\n",
+     wake_opts},
 };
 
 #define NMODES (sizeof modes / sizeof modes[0])
@@ -127,7 +144,7 @@ static void bench_usage(FILE *f)
     const char *const *names = bench_transport_names();
     const char *const *labels = bench_config_labels();
 
-    fprintf(f, "usage: sovia bench <lat|bw|sweep|idle> --transport T [options]\n"
+    fprintf(f, "usage: sovia bench <lat|bw|sweep|idle|wake> --transport T [options]\n"
                "\n"
                "Measures message latency and bandwidth between two processes on this host.\n"
                "Polling transports pin the two processes to different CPUs.\n"
@@ -197,6 +214,9 @@ static int parse_mode(const struct bench_mode_desc *m, int argc, char **argv)
         case OPT_JSON:
             p.json = true;
             break;
+        case OPT_SAME_CPU:
+            p.same_cpu = true;
+            break;
         case ':':
             return cli_usage_error(where, "option '%s' needs a value", argv[optind - 1]);
         default:
@@ -206,6 +226,8 @@ static int parse_mode(const struct bench_mode_desc *m, int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage_error(where, "unexpected argument '%s'", argv[optind]);
+    if (m->mode == BENCH_WAKE)
+        return bench_run(&p);
     if (!p.transport)
         return cli_usage_error(where, "--transport is required (see sovia bench --help)");
     if (strcmp(p.transport, "preload") == 0 && !getenv("SOVIA_BENCH_PRELOADED")) {
@@ -244,5 +266,5 @@ int cmd_bench(int argc, char **argv)
     for (size_t i = 0; i < NMODES; i++)
         if (strcmp(argv[1], modes[i].name) == 0)
             return parse_mode(&modes[i], argc - 1, argv + 1);
-    return cli_usage_error("bench", "unknown mode '%s' (lat, bw, sweep or idle)", argv[1]);
+    return cli_usage_error("bench", "unknown mode '%s' (lat, bw, sweep, idle or wake)", argv[1]);
 }
