@@ -16,6 +16,16 @@ if ((${#missing[@]})); then
   sudo=""; [[ $(id -u) -ne 0 ]] && sudo=sudo
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # openbsd-inetd starts a system-wide inetd serving ftpd on port 21; the FTP
+  # test and report run their own private instances (src/apps/ftp/ftp_run.py).
+  if [[ " ${missing[*]} " == *" openbsd-inetd "* ]]; then
+    if [[ -d /run/systemd/system ]]; then
+      $sudo systemctl disable --now inetd.service >/dev/null 2>&1 || true
+    else
+      $sudo invoke-rc.d openbsd-inetd stop >/dev/null 2>&1 || true
+      $sudo update-rc.d openbsd-inetd disable >/dev/null 2>&1 || true
+    fi
+  fi
 fi
 
 cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE="${SOVIA_BUILD_TYPE:-RelWithDebInfo}" \

@@ -45,6 +45,9 @@ __attribute__((constructor)) static void take_inherited(void)
     preload_ready();
     sov_g.inheritable = true; /* every connection here can go to a next image */
     sov_inherit_import();
+    for (int fd = 0; fd <= 2; fd++) /* a service started by inetd */
+        if (carried(fd))
+            stdio_follow_socket(fd);
 }
 
 /* The new program runs sovia only if its environment still preloads us. */

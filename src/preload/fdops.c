@@ -25,6 +25,8 @@ static int alias(int oldfd, int newfd)
         errno = -err;
         return -1;
     }
+    if (newfd <= 2)
+        stdio_follow_socket(newfd);
     return newfd;
 }
 

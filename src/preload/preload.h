@@ -75,6 +75,11 @@ bool carried(int fd);
 int tp_prepare(int fd, int msg_flags);
 
 /* socket.c */
+bool tcp_socket(int fd); /* an AF_INET/AF_INET6 TCP stream socket */
+
+/* stdio.c: stdin, stdout or stderr (fd 0..2) become a stream that goes
+ * through the wrappers, for a descriptor that is now a carried socket. */
+void stdio_follow_socket(int fd);
 void listeners_after_fork_child(void);
 void listener_drop(int fd);
 

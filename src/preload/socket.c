@@ -89,6 +89,12 @@ static bool tcp_stream(int fd, int *domain)
     return getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 && proto == IPPROTO_TCP;
 }
 
+bool tcp_socket(int fd)
+{
+    int domain = 0;
+    return tcp_stream(fd, &domain);
+}
+
 static bool is_nonblocking(int fd)
 {
     int fl = real.fcntl(fd, F_GETFL);

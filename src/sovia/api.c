@@ -50,6 +50,12 @@ void sov_wake_waiters(struct sov_sock *s)
 static void do_init(void)
 {
     sov_config_defaults(&sov_g.cfg);
+    /* sovia run: a write must be on its way when write() returns, as with
+     * a kernel socket, even if the program then leaves by _exit(); bytes a
+     * combining buffer holds back would be lost. SOVIA_COMBINE=1 still
+     * asks for combining. */
+    if (sov_g.inheritable)
+        sov_g.cfg.combine = false;
     sov_config_from_env(&sov_g.cfg);
     init_err = -ENOMEM;
     if (VipOpenNic(NULL, &sov_g.nic) != VIP_SUCCESS)
@@ -427,6 +433,10 @@ void sov_before_fork(void)
  * parent was closing or pairing stay the parent's business. */
 void sov_after_fork_child(void)
 {
+    /* The parent's service thread may have been waiting on the condition
+     * variable: its waiter count came along and a signal would wait for
+     * that waiter forever (glibc's condvar quiesces it). */
+    pthread_cond_init(&sov_g.service_cond, NULL);
     sov_g.service_running = false;
     sov_g.handler_running = false;
     sov_g.pid = getpid();

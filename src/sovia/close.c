@@ -236,8 +236,16 @@ void sov_close_connected(struct sov_sock *s)
     sov_lock(&s->lock);
     struct sov_conn *c = s->conn;
     sov_progress(s);
-    /* An unpaired sovia run connection has nobody to say FIN to yet. */
-    bool abort = c->rx_bytes || c->reset || c->peer_gone || s->tp_waiting ||
+    /* An unpaired sovia run connection has nobody to say FIN to yet. One
+     * whose WAKEUPs crossed (the client answered, or the server heard the
+     * answer) is paired for the other end already: it closes gracefully. */
+    bool unpaired = s->tp_waiting && (c->tentative || !c->peer_window);
+    if (s->tp_waiting && !unpaired) { /* counted as sov_tp_settle would */
+        s->tp_waiting = false;
+        atomic_fetch_add(&sov_g.tp_paired, 1);
+        atomic_fetch_add(&sov_g.open_conns, 1);
+    }
+    bool abort = c->rx_bytes || c->reset || c->peer_gone || unpaired ||
                  (s->linger.l_onoff && s->linger.l_linger == 0);
     s->app_closed = true;
     /* Another process may still hold a shared connection: only our copy
@@ -251,7 +259,8 @@ void sov_close_connected(struct sov_sock *s)
         sov_conn_detach_handling(s);
         sov_conn_destroy(c); /* the peer sees ECONNRESET */
         s->conn = NULL;
-        atomic_fetch_sub(&sov_g.open_conns, 1);
+        if (!unpaired) /* an unpaired one was never counted open */
+            atomic_fetch_sub(&sov_g.open_conns, 1);
         sov_sock_free(s);
         return;
     }

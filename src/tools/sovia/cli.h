@@ -19,6 +19,8 @@ struct sovia_command {
 
 int cmd_bench(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_env(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 
 /* Byte counts: decimal digits with an optional K or M suffix (1K = 1024). */

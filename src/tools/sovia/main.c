@@ -9,12 +9,12 @@
 
 char **cli_argv;
 
-int cmd_report(int argc, char **argv); /* cmd_report.c */
 
 static const struct sovia_command commands[] = {
     {"bench", "measure latency and bandwidth: vipl against the floor, sockets and UCX",
      cmd_bench},
     {"run", "run an unmodified program with its TCP connections carried by sovia", cmd_run},
+    {"env", "print the shell settings that run every program under sovia", cmd_env},
     {"stat", "list your live sovia connections (like ss)", cmd_stat},
     {"report", "run the papers' experiments; write REPORT.md, plots, results.json", cmd_report},
 };
