@@ -146,6 +146,15 @@ VIP_RETURN VipxViRelease(VIP_VI_HANDLE ViHandle);
  * view of our posted receives, or our wake-ups (bounded: CQ sleeps are
  * sliced at 10 ms). docs/SECURITY.md has the whole threat model.
  */
+/*
+ * The descriptors the library holds for a NIC and everything opened on it
+ * (segments, connection sockets, wake-up sockets, its agent's). A program
+ * that closes every descriptor it does not know (closefrom) can spare
+ * these. *Count: capacity in, number out; VIP_ERROR_RESOURCE (with *Count
+ * the number needed) when Fds is too small.
+ */
+VIP_RETURN VipxNicDescriptors(VIP_NIC_HANDLE NicHandle, int *Fds, VIP_ULONG *Count);
+
 #define VIPX_CQ_INHERITABLE 1u /* VipxCreateCQ: the CQ can be exported */
 VIP_RETURN VipxCreateCQ(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCount, VIP_ULONG Flags,
                         VIP_CQ_HANDLE *CQHandle);

@@ -7,25 +7,40 @@
  * socket is), and fclose of a plain stream would close the descriptor
  * inside glibc, unseen, leaving a stale carried entry behind.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "preload.h"
 
+/* Our streams, so that freopen can tell them (it cannot work on a cookie
+ * stream: glibc's freopen reaches into the file's own fields). */
+struct cookie {
+    int fd;
+    FILE *f;
+    struct cookie *next;
+};
+
+static struct cookie *cookies;
+static pthread_mutex_t cookies_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static ssize_t cookie_read(void *c, char *buf, size_t len)
 {
-    return read((int)(intptr_t)c, buf, len);
+    return read(((struct cookie *)c)->fd, buf, len);
 }
 
 static ssize_t cookie_write(void *c, const char *buf, size_t len)
 {
+    int fd = ((struct cookie *)c)->fd;
     size_t done = 0;
     while (done < len) { /* stdio treats a short write as an error */
-        ssize_t n = write((int)(intptr_t)c, buf + done, len - done);
+        ssize_t n = write(fd, buf + done, len - done);
         if (n < 0)
             return done ? (ssize_t)done : -1;
         done += (size_t)n;
@@ -35,7 +50,27 @@ static ssize_t cookie_write(void *c, const char *buf, size_t len)
 
 static int cookie_close(void *c)
 {
-    return close((int)(intptr_t)c);
+    struct cookie *k = c;
+    pthread_mutex_lock(&cookies_lock);
+    for (struct cookie **p = &cookies; *p; p = &(*p)->next)
+        if (*p == k) {
+            *p = k->next;
+            break;
+        }
+    pthread_mutex_unlock(&cookies_lock);
+    int rc = close(k->fd);
+    free(k);
+    return rc;
+}
+
+static bool ours(FILE *f)
+{
+    pthread_mutex_lock(&cookies_lock);
+    struct cookie *k = cookies;
+    while (k && k->f != f)
+        k = k->next;
+    pthread_mutex_unlock(&cookies_lock);
+    return k != NULL;
 }
 
 PRELOAD_EXPORT FILE *fdopen(int fd, const char *mode)
@@ -45,11 +80,65 @@ PRELOAD_EXPORT FILE *fdopen(int fd, const char *mode)
         return real.fdopen(fd, mode);
     if (fcntl(fd, F_GETFD) < 0)
         return NULL; /* EBADF */
+    struct cookie *k = malloc(sizeof(*k));
+    if (!k) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    k->fd = fd;
     cookie_io_functions_t io = {cookie_read, cookie_write, NULL, cookie_close};
-    FILE *f = fopencookie((void *)(intptr_t)fd, mode, io);
-    if (f)
-        f->_fileno = fd; /* fileno() must still name the socket */
+    FILE *f = fopencookie(k, mode, io);
+    if (!f) {
+        free(k);
+        return NULL;
+    }
+    f->_fileno = fd; /* fileno() must still name the socket */
+    k->f = f;
+    pthread_mutex_lock(&cookies_lock);
+    k->next = cookies;
+    cookies = k;
+    pthread_mutex_unlock(&cookies_lock);
     return f;
+}
+
+/* freopen of one of our streams (a daemon sends stderr to /dev/null):
+ * close it, open the file on the lowest descriptor (the one just freed, as
+ * glibc's freopen keeps the number) and put the new stream where the old
+ * one was, if that was stdin, stdout or stderr. */
+static FILE *reopen_ours(const char *path, const char *mode, FILE *f)
+{
+    FILE **std = f == stdin ? &stdin : f == stdout ? &stdout : f == stderr ? &stderr : NULL;
+    fclose(f);
+    if (!path) { /* changing the mode of a socket stream: not supported */
+        errno = EBADF;
+        return NULL;
+    }
+    FILE *nf = fopen(path, mode);
+    if (nf && std)
+        *std = nf;
+    return nf;
+}
+
+PRELOAD_EXPORT FILE *freopen(const char *path, const char *mode, FILE *f)
+{
+    preload_ready();
+    if (f && ours(f))
+        return reopen_ours(path, mode, f);
+    static FILE *(*libc_freopen)(const char *, const char *, FILE *);
+    if (!libc_freopen)
+        libc_freopen = (__typeof__(libc_freopen))dlsym(RTLD_NEXT, "freopen");
+    return libc_freopen(path, mode, f);
+}
+
+PRELOAD_EXPORT FILE *freopen64(const char *path, const char *mode, FILE *f)
+{
+    preload_ready();
+    if (f && ours(f))
+        return reopen_ours(path, mode, f);
+    static FILE *(*libc_freopen64)(const char *, const char *, FILE *);
+    if (!libc_freopen64)
+        libc_freopen64 = (__typeof__(libc_freopen64))dlsym(RTLD_NEXT, "freopen64");
+    return libc_freopen64(path, mode, f);
 }
 
 /* glibc's stdin, stdout and stderr read and write through its internal

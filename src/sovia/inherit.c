@@ -437,3 +437,27 @@ void sov_inherit_import(void)
             break;
     close(memfd);
 }
+
+/* ---- sovia's own descriptors ------------------------------------------------ */
+
+/* What sovia holds open in this process: up to cap into fds; returns the
+ * count (the preload's closefrom spares them). */
+int sov_internal_fds(int *fds, int cap)
+{
+    if (!sov_g.nic)
+        return 0;
+    int n = 0;
+    int extra[] = {sov_g.event_fd, sov_stat_fd()};
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+        if (extra[i] >= 0 && n < cap)
+            fds[n++] = extra[i];
+    for (int fd = 0, lim = sov_table_limit(); fd < lim; fd++) {
+        struct sov_sock *s = sov_lookup(fd);
+        if (s && s->fd == fd && s->port_fd >= 0 && n < cap)
+            fds[n++] = s->port_fd;
+    }
+    VIP_ULONG more = (VIP_ULONG)(cap - n);
+    if (VipxNicDescriptors(sov_g.nic, fds + n, &more) == VIP_SUCCESS)
+        n += (int)more;
+    return n;
+}

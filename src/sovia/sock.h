@@ -239,6 +239,7 @@ struct sov_handoff {
 int sov_inherit_export(struct sov_handoff *h);
 void sov_inherit_abort(struct sov_handoff *h); /* the exec failed */
 void sov_inherit_import(void);                 /* in the new image, before main() */
+int sov_internal_fds(int *fds, int cap);       /* sovia's own descriptors, counted */
 
 /* config.c */
 int sov_config_check(const struct sov_config *c);
@@ -305,6 +306,7 @@ void sov_pairing_remove(struct sov_sock *s);
 void sov_conn_established(struct sov_sock *s);
 void sov_atexit(void);
 void sov_stat_serve_start(void); /* statsrv.c: answers `sovia stat` */
+int sov_stat_fd(void);            /* its listening socket, or -1 */
 
 /* poll.c */
 short sov_sock_revents(struct sov_sock *s, short events);

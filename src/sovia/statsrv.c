@@ -386,3 +386,8 @@ void sov_stat_serve_start(void)
         start_locked();
     pthread_mutex_unlock(&srv_lock);
 }
+
+int sov_stat_fd(void)
+{
+    return srv_fd;
+}

@@ -16,12 +16,6 @@
 
 #include "core.h"
 
-struct pool_hdr {
-    struct pool_hdr *next; /* the dead list */
-    struct pool_hdr *all;  /* every object of the pool */
-    char pad[VIPL_POOL_ALIGN - 2 * sizeof(struct pool_hdr *)];
-};
-
 void vipl_pool_init(struct vipl_pool *pool, size_t size)
 {
     pthread_mutex_init(&pool->lock, NULL);
@@ -33,7 +27,7 @@ void vipl_pool_init(struct vipl_pool *pool, size_t size)
 void *vipl_pool_get(struct vipl_pool *pool)
 {
     pthread_mutex_lock(&pool->lock);
-    struct pool_hdr *h = pool->dead;
+    struct vipl_pool_obj *h = pool->dead;
     if (h)
         pool->dead = h->next;
     pthread_mutex_unlock(&pool->lock);
@@ -54,7 +48,7 @@ void *vipl_pool_get(struct vipl_pool *pool)
 void vipl_pool_put(struct vipl_pool *pool, void *obj)
 {
     *(uint32_t *)obj = 0; /* every core object starts with its magic */
-    struct pool_hdr *h = (struct pool_hdr *)obj - 1;
+    struct vipl_pool_obj *h = (struct vipl_pool_obj *)obj - 1;
     pthread_mutex_lock(&pool->lock);
     h->next = pool->dead;
     pool->dead = h;
@@ -64,7 +58,7 @@ void vipl_pool_put(struct vipl_pool *pool, void *obj)
 void vipl_pool_drain(struct vipl_pool *pool)
 {
     while (pool->dead) {
-        struct pool_hdr *h = pool->dead;
+        struct vipl_pool_obj *h = pool->dead;
         pool->dead = h->next;
         free(h);
     }

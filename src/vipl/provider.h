@@ -206,6 +206,12 @@ struct vipl_provider {
     VIP_RETURN (*vi_import_recv)(struct vipl_vi *vi, struct vipl_wr *wr);
     VIP_RETURN (*cq_export)(struct vipl_cq *cq, VIPX_STATE *st);
     VIP_RETURN (*cq_import)(struct vipl_cq *cq, const VIPX_STATE *st);
+
+    /* The descriptors an object holds: up to `cap` into fds; returns how
+     * many there are (VipxNicDescriptors). */
+    size_t (*nic_descriptors)(struct vipl_nic *nic, int *fds, size_t cap);
+    size_t (*vi_descriptors)(struct vipl_vi *vi, int *fds, size_t cap);
+    size_t (*cq_descriptors)(struct vipl_cq *cq, int *fds, size_t cap);
 };
 
 extern const struct vipl_provider *const vipl_providers[];

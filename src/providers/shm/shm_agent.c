@@ -177,6 +177,17 @@ void shm_agent_stop(struct shm_agent *a)
     free(a);
 }
 
+size_t shm_agent_descriptors(struct shm_agent *a, int *fds, size_t cap)
+{
+    if (!a)
+        return 0;
+    if (cap > 0)
+        fds[0] = a->epfd;
+    if (cap > 1)
+        fds[1] = a->stopfd;
+    return 2;
+}
+
 struct shm_agent *shm_agent_after_fork(struct shm_agent *old, struct vipl_nic *nic)
 {
     /* The old agent's thread is the parent's; its epoll set is shared with

@@ -290,3 +290,51 @@ fail:
     shm_destroy_cq(ccq);
     return VIP_INVALID_PARAMETER;
 }
+
+/* ---- The descriptors we hold (VipxNicDescriptors) ------------------------ */
+
+static size_t put(int *fds, size_t cap, size_t n, int fd)
+{
+    if (fd < 0)
+        return n;
+    if (n < cap)
+        fds[n] = fd;
+    return n + 1;
+}
+
+size_t shm_nic_descriptors(struct vipl_nic *nic, int *fds, size_t cap)
+{
+    struct shm_nic *snic = shm_nic(nic);
+    size_t n = shm_agent_descriptors(snic->agent, fds, cap);
+    pthread_mutex_lock(&snic->lock);
+    for (struct shm_listener *l = snic->listeners; l; l = l->next)
+        n = put(fds, cap, n, l->fd);
+    pthread_mutex_unlock(&snic->lock);
+    return n;
+}
+
+size_t shm_vi_descriptors(struct vipl_vi *cvi, int *fds, size_t cap)
+{
+    struct shm_vi *vi = shm_vi(cvi);
+    size_t n = put(fds, cap, 0, vi->ctl_fd);
+    n = put(fds, cap, n, vi->rx_fd);
+    shm_lock(&vi->sq_lock);
+    struct shm_peer *peer = vi->peer;
+    if (peer) {
+        n = put(fds, cap, n, peer->sock);
+        n = put(fds, cap, n, peer->pidfd);
+        n = put(fds, cap, n, peer->wake_sock);
+        for (int i = 0; i < 4; i++)
+            n = put(fds, cap, n, peer->kept[i]);
+    }
+    shm_unlock(&vi->sq_lock);
+    return n;
+}
+
+size_t shm_cq_descriptors(struct vipl_cq *ccq, int *fds, size_t cap)
+{
+    struct shm_cq *cq = shm_cq(ccq);
+    size_t n = put(fds, cap, 0, cq->armed_fd);
+    n = put(fds, cap, n, cq->wake_rx);
+    return put(fds, cap, n, cq->wake_tx);
+}
