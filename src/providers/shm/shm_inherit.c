@@ -26,6 +26,9 @@ enum { FD_CTL, FD_RX, FD_SOCK, FD_PEER, NFDS = FD_PEER + 4 };
 struct vi_state {
     uint32_t magic, version;
     uint64_t ctl_len, rx_len;
+    /* Our geometry, from our private record: an inheritable VI's ctl is not
+     * sealed against the peer, so its header is not to be believed. */
+    uint32_t depth, staging_off, staging_len, arena_off, arena_len;
     uint32_t rq_published; /* shared index of the next receive to publish */
     uint32_t first_sidx, nposted;
     uint32_t peer_consumed, peer_posted_seen;
@@ -66,6 +69,11 @@ VIP_RETURN shm_vi_export(struct vipl_vi *cvi, VIPX_STATE *st, VIP_ULONG *offsets
             .version = SHM_VERSION,
             .ctl_len = vi->ctl_len,
             .rx_len = vi->rx_len,
+            .depth = vi->depth,
+            .staging_off = vi->staging_off,
+            .staging_len = vi->staging_len,
+            .arena_off = vi->arena_off,
+            .arena_len = vi->arena_len,
             .rq_published = vi->rq_published,
             .first_sidx = first,
             .nposted = tail - head,
@@ -97,7 +105,8 @@ static bool own_segment_ok(int fd, uint64_t want)
            (uint64_t)sb.st_size == want;
 }
 
-/* Our own segments again, at new addresses; the header is our own record. */
+/* Our own segments again, at new addresses, with the geometry we recorded
+ * (checked against the segments' sizes all the same). */
 static int adopt_segments(struct shm_vi *vi, const struct vi_state *s, int ctl_fd, int rx_fd)
 {
     if (!own_segment_ok(ctl_fd, s->ctl_len) || !own_segment_ok(rx_fd, s->rx_len))
@@ -110,19 +119,20 @@ static int adopt_segments(struct shm_vi *vi, const struct vi_state *s, int ctl_f
     vi->rx_fd = rx_fd;
     if (!vi->ctl || !vi->rx)
         return -ENOMEM;
-    const struct shm_ctl_header h = vi->ctl->hdr;
-    if (h.magic != SHM_MAGIC || h.version != SHM_VERSION || !h.depth || (h.depth & (h.depth - 1)) ||
-        h.depth > SHM_MAX_DEPTH || h.rx_size != s->rx_len || h.arena_off > s->rx_len ||
-        h.arena_len > s->rx_len - h.arena_off || h.staging_off > h.arena_off ||
-        h.staging_len > h.arena_off - h.staging_off)
+    size_t page = shm_nic(vi->core.nic)->page;
+    size_t cmpl_end = sizeof(struct shm_rx) + (size_t)s->depth * sizeof(struct shm_cmpl);
+    if (!s->depth || (s->depth & (s->depth - 1)) || s->depth > SHM_MAX_DEPTH ||
+        shm_ctl_size(s->depth, SHM_REG_SLOTS, page) > s->ctl_len || cmpl_end > s->staging_off ||
+        s->staging_off > s->arena_off || s->staging_len > s->arena_off - s->staging_off ||
+        s->arena_off > s->rx_len || s->arena_len > s->rx_len - s->arena_off)
         return -EPROTO;
-    vi->depth = h.depth;
-    vi->mask = h.depth - 1;
-    vi->staging_off = h.staging_off;
-    vi->staging_len = h.staging_len;
-    vi->arena_off = h.arena_off;
-    vi->arena_len = h.arena_len;
-    vi->arena = h.arena_len ? (uint8_t *)vi->rx + h.arena_off : NULL;
+    vi->depth = s->depth;
+    vi->mask = s->depth - 1;
+    vi->staging_off = s->staging_off;
+    vi->staging_len = s->staging_len;
+    vi->arena_off = s->arena_off;
+    vi->arena_len = s->arena_len;
+    vi->arena = s->arena_len ? (uint8_t *)vi->rx + s->arena_off : NULL;
     return 0;
 }
 
