@@ -4,14 +4,15 @@ of one remote call against the argument's size, over kernel TCP and over
 sovia (server and client both under `sovia run`), with the unmodified
 rpc_server and rpc_client of this folder.
 
-Two servers run the whole time, one plain and one under sovia, each with
-its own program number. Each round runs one client per transport (the
-order alternates between rounds, so drifting load hits both alike); a
-client makes CALLS timed calls per size on one connection after a tenth
-as many warm-up calls. Size 0 calls the void-argument procedure (Fig.
-10's x = 0, the "null RPC"). The sovia figures are only printed if the
-SOVIA_STAT_LOG records show that sovia carried every sovia client's
-connection.
+Each round measures each transport in turn (the order alternates between
+rounds, so drifting load hits both alike): a server (plain, or under
+sovia) with a fresh program number, then one client that makes CALLS
+timed calls per size on one connection after a tenth as many warm-up
+calls (50 ms of them at least), then the server is stopped, so nothing else of ours runs while
+the other transport is measured. Size 0 calls the void-argument
+procedure (Fig. 10's x = 0, the "null RPC"). The sovia figures are only
+printed if the SOVIA_STAT_LOG records show that sovia carried every sovia
+client's connection.
 
 Prints one JSON line per size and transport:
   {"arg_bytes": 0, "transport": "tcp", "mean_us": 7.1, "median_round_us": 7.0,
@@ -19,9 +20,9 @@ Prints one JSON line per size and transport:
 mean_us is over all rounds' timed calls (every round makes the same
 number); median_round_us, the median of the rounds' means, is what to look
 at on a machine other programs load (a spinning waiter whose peer has no
-core to run on costs tens of microseconds a call). Exit 1 if anything failed (the
-reason on stderr). Needs rpcbind (started with `rpcbind -f` for the run if
-none is running, which needs root).
+core to run on costs tens of microseconds a call). Exit 1 if anything
+failed (the reason on stderr). Needs rpcbind (started with `rpcbind -f`
+for the run if none is running, which needs root).
 
 usage: rpc_bench.py (--build DIR | --sovia PATH --bindir DIR)
                     [--sizes 0,64,256,1024,4096] [--calls 20000] [--rounds 3]
@@ -75,7 +76,18 @@ class Bench:
         if rpcenv.wait_ready(out, lambda: p.poll() is None) is None:
             with open(out, errors="replace") as f:
                 raise RuntimeError(f"{transport} rpc_server did not start: {f.read()}")
-        return prog
+        return prog, p
+
+    def stop_server(self, p):
+        """SIGINT: the server unregisters and exits (and writes its exit
+        record); killed if it will not."""
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
 
     def run_client(self, transport, prog):
         """One client run: ({size: mean microseconds}, its pid)."""
@@ -113,13 +125,16 @@ class Bench:
     def run(self):
         a = self.args
         self.rpcbind.start()
-        progs = {t: self.start_server(t) for t in TRANSPORTS}
         rounds = {(s, t): [] for s in a.sizes for t in TRANSPORTS}  # per-round means
         sovia_pids = []
         for rnd in range(a.rounds):
             order = TRANSPORTS if rnd % 2 == 0 else TRANSPORTS[::-1]
             for t in order:
-                means, pid = self.run_client(t, progs[t])
+                # Only the measured pair runs: an idle server under sovia
+                # may spin (--profile latency) on a core the other needs.
+                prog, server = self.start_server(t)
+                means, pid = self.run_client(t, prog)
+                self.stop_server(server)
                 for s, us in means.items():
                     rounds[(s, t)].append(us)
                 if t == "sovia":
@@ -138,16 +153,10 @@ class Bench:
                                   "profile": a.profile or "balanced"}), flush=True)
 
     def close(self):
-        """Stops the servers (SIGINT: they unregister), then rpcbind if it
-        was started here; removes the temporary directory."""
+        """Stops any server left running, then rpcbind if it was started
+        here; removes the temporary directory."""
         for p in self.servers:
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait(timeout=10)
+            self.stop_server(p)
         self.rpcbind.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -175,6 +184,8 @@ def parse_args():
         a.sizes = [int(s) for s in a.sizes.split(",")]
     except ValueError:
         ap.error(f"bad --sizes {a.sizes!r}")
+    if len(set(a.sizes)) != len(a.sizes):
+        ap.error("a size given twice in --sizes")
     if any(not 0 <= s <= 4096 for s in a.sizes) or a.calls < 1 or a.rounds < 1:
         ap.error("sizes must be 0..4096, calls and rounds at least 1")
     for path in (a.sovia, os.path.join(a.bindir, "rpc_server"),
