@@ -22,6 +22,18 @@ struct pending {
     socklen_t peer_len;
 };
 
+/*
+ * A connection accepted whose client has not sent its WAKEUP yet. The
+ * connection thread keeps these aside instead of waiting for each in turn:
+ * one client that connects and says nothing must not hold up the others
+ * (kernel TCP completes their handshakes meanwhile). Like a half-open TCP
+ * connection, it is not in the accept queue until its WAKEUP came.
+ */
+struct establishing {
+    struct pending p;
+    uint64_t deadline_ns;
+};
+
 struct sov_listener {
     struct sov_sock *s;
     VIP_NET_ADDRESS *addr;
@@ -37,6 +49,7 @@ struct sov_listener {
     uint16_t establishing_port; /* being accepted by the thread (0: none) */
     pid_t owner; /* the process whose connection thread serves it */
     VIP_NET_ADDRESS *remote; /* the thread's buffer (here: reachable from a fork child) */
+    struct establishing *est; /* the thread's (cap entries; here for the same reason) */
 };
 
 static VIP_RETURN reg(void *p, size_t len, VIP_MEM_HANDLE *mh)
@@ -199,7 +212,9 @@ void sov_conn_destroy(struct sov_conn *c)
     if (c->vi && c->shared && st == VIP_STATE_CONNECTED) {
         VipxViRelease(c->vi); /* other holders keep the connection */
     } else if (c->vi) {
-        if (st == VIP_STATE_CONNECTED || st == VIP_STATE_ERROR)
+        /* IDLE as well: a connection that never came up still holds its
+         * pre-posted receives, and VipDestroyVi refuses a VI that does. */
+        if (st == VIP_STATE_CONNECTED || st == VIP_STATE_ERROR || st == VIP_STATE_IDLE)
             VipDisconnect(c->vi);
         VIP_DESCRIPTOR *d;
         while (VipRecvDone(c->vi, &d) == VIP_SUCCESS || VipSendDone(c->vi, &d) == VIP_SUCCESS)
@@ -326,6 +341,11 @@ static int map_connect_error(VIP_RETURN r)
         return -ETIMEDOUT;
     case VIP_NOT_REACHABLE:
         return -ENETUNREACH;
+    case VIP_ERROR_RESOURCE:
+        /* Our side ran short (descriptors, memory) setting the connection
+         * up: "refused" would send the program looking for a server that
+         * is there. */
+        return -ENOMEM;
     default:
         return -ECONNREFUSED;
     }
@@ -355,6 +375,8 @@ static int run_connect(struct connect_job *j)
         if (r == VIP_SUCCESS && ra.MaxTransferSize < c->send_mtu)
             c->send_mtu = ra.MaxTransferSize;
         err = r == VIP_SUCCESS ? sov_conn_send_ctrl(c, PKT_WAKEUP) : map_connect_error(r);
+        if (err == -EPIPE) /* the server went during the handshake: no orderly end */
+            err = -ECONNRESET;
         if (err == 0)
             err = await_wakeup(c) == -ETIMEDOUT ? -ETIMEDOUT : 0;
     }
@@ -458,32 +480,87 @@ int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len)
 
 /* ---- Listening ------------------------------------------------------------ */
 
+#define WAKEUP_WAIT_NS (10ull * 1000000000u) /* as long as a client waits for ours */
+
+/* Queues an accepted connection for sov_accept; false if the queue is full. */
+static bool enqueue(struct sov_listener *l, const struct pending *p)
+{
+    pthread_mutex_lock(&l->s->wait_lock);
+    bool room = l->count < l->cap;
+    if (room) {
+        l->q[(l->head + l->count) % l->cap] = *p;
+        l->count++;
+        atomic_fetch_add(&l->s->events, 1);
+    }
+    l->establishing_port = 0;
+    pthread_cond_broadcast(&l->s->cond);
+    pthread_mutex_unlock(&l->s->wait_lock);
+    if (room)
+        sov_signal_event();
+    return room;
+}
+
+/* The client's WAKEUP: 1 came and is valid, 0 not yet, -1 something else
+ * came first or the VI broke before it. (A client that sent its WAKEUP and
+ * data and then went is accepted, as TCP would: its data is there to read.) */
+static int wakeup_state(struct sov_conn *c)
+{
+    VIP_DESCRIPTOR *d;
+    VIP_RETURN r = VipRecvDone(c->vi, &d);
+    if (r == VIP_NOT_DONE)
+        return 0;
+    return r == VIP_SUCCESS && sov_conn_wakeup(c, d) == 0 ? 1 : -1;
+}
+
+/* Queues the establishing connections whose WAKEUP came, oldest first
+ * (accept order follows the handshakes, as with TCP); drops those that sent
+ * something else, broke, or stayed silent past their deadline. */
+static void settle(struct sov_listener *l, struct establishing *e, unsigned *n)
+{
+    uint64_t now = sov_now_ns();
+    unsigned kept = 0;
+    for (unsigned i = 0; i < *n; i++) {
+        int st = wakeup_state(e[i].p.conn);
+        if (st == 0 && now < e[i].deadline_ns)
+            e[kept++] = e[i];
+        else if (st <= 0 || !enqueue(l, &e[i].p))
+            sov_conn_destroy(e[i].p.conn);
+    }
+    *n = kept;
+}
+
 static void *connection_thread(void *arg)
 {
     struct sov_listener *l = arg;
     VIP_NET_ADDRESS *remote = l->remote;
+    struct establishing *est = l->est;
+    unsigned nest = 0;
     while (!atomic_load(&l->stop)) {
         VIP_CONN_HANDLE ch;
         VIP_VI_ATTRIBUTES ra;
         /* Bounded: if sov_close unlistened before this thread first got
          * here, VipConnectWait would quietly listen again; the slice lets
-         * the thread see `stop` (and the unlisten below undoes that). */
-        VIP_RETURN r = VipConnectWait(sov_g.nic, l->addr, 500, remote, &ra, &ch);
+         * the thread see `stop` (and the unlisten below undoes that). While
+         * connections are establishing, short slices look at them often. */
+        VIP_RETURN r = VipConnectWait(sov_g.nic, l->addr, nest ? 2 : 500, remote, &ra, &ch);
         if (r == VIP_INVALID_STATE || atomic_load(&l->stop)) {
             if (r == VIP_SUCCESS)
                 VipConnectReject(ch);
             break;
         }
-        if (r != VIP_SUCCESS)
+        if (r != VIP_SUCCESS) {
+            settle(l, est, &nest);
             continue;
+        }
         struct pending p = {0};
         int err;
         pthread_mutex_lock(&l->s->wait_lock);
-        bool full = l->count == l->cap;
+        bool full = l->count + nest >= l->cap;
         pthread_mutex_unlock(&l->s->wait_lock);
         if (full || sov_sockaddr_from_vi(remote, l->domain, &p.peer, &p.peer_len) != 0 ||
             !(p.conn = sov_conn_create(&l->cfg, &err))) {
             VipConnectReject(ch); /* the client gets ECONNREFUSED */
+            settle(l, est, &nest);
             continue;
         }
         if (ra.MaxTransferSize < p.conn->send_mtu)
@@ -492,25 +569,27 @@ static void *connection_thread(void *arg)
         l->establishing_port = sov_addr_port((struct sockaddr *)&p.peer);
         pthread_mutex_unlock(&l->s->wait_lock);
         bool ok = VipConnectAccept(ch, p.conn->vi) == VIP_SUCCESS;
-        if (ok && !l->transparent) /* sovia run: WAKEUP waits for accept() */
-            ok = sov_conn_send_ctrl(p.conn, PKT_WAKEUP) == 0 && await_wakeup(p.conn) == 0;
-        if (!ok) {
+        int st = 1; /* sovia run: WAKEUP waits for accept() */
+        if (ok && !l->transparent) {
+            ok = sov_conn_send_ctrl(p.conn, PKT_WAKEUP) == 0;
+            /* The client's WAKEUP is usually microseconds away. */
+            uint64_t end = sov_now_ns() + 20000;
+            while (ok && (st = wakeup_state(p.conn)) == 0 && sov_now_ns() < end)
+                __builtin_ia32_pause();
+        }
+        settle(l, est, &nest); /* older handshakes that completed go first */
+        if (ok && st == 0) {
+            est[nest++] = (struct establishing){p, sov_now_ns() + WAKEUP_WAIT_NS};
+        } else if (!ok || st < 0 || !enqueue(l, &p)) {
             pthread_mutex_lock(&l->s->wait_lock);
             l->establishing_port = 0;
             pthread_cond_broadcast(&l->s->cond);
             pthread_mutex_unlock(&l->s->wait_lock);
             sov_conn_destroy(p.conn);
-            continue;
         }
-        pthread_mutex_lock(&l->s->wait_lock);
-        l->establishing_port = 0;
-        l->q[(l->head + l->count) % l->cap] = p;
-        l->count++;
-        atomic_fetch_add(&l->s->events, 1);
-        pthread_cond_broadcast(&l->s->cond);
-        pthread_mutex_unlock(&l->s->wait_lock);
-        sov_signal_event();
     }
+    for (unsigned i = 0; i < nest; i++)
+        sov_conn_destroy(est[i].p.conn);
     VipxUnlisten(sov_g.nic, l->addr); /* an implicit re-listen, if any */
     return NULL;
 }
@@ -518,6 +597,7 @@ static void *connection_thread(void *arg)
 static void listener_free(struct sov_listener *l)
 {
     free(l->q);
+    free(l->est);
     free(l->addr);
     free(l->remote);
     free(l);
@@ -535,10 +615,11 @@ int sov_listen_start(struct sov_sock *s, int backlog, bool transparent)
     l->domain = s->domain;
     l->cap = backlog < 1 ? 1 : backlog > 4096 ? 4096 : (unsigned)backlog;
     l->q = calloc(l->cap, sizeof(*l->q));
+    l->est = calloc(l->cap, sizeof(*l->est));
     l->addr = sov_vi_address((struct sockaddr *)&s->local);
     l->remote = calloc(1, sizeof(VIP_NET_ADDRESS) + 16 + 64);
     l->owner = getpid();
-    if (!l->q || !l->addr || !l->remote) {
+    if (!l->q || !l->est || !l->addr || !l->remote) {
         listener_free(l);
         return -ENOMEM;
     }

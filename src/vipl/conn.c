@@ -103,8 +103,10 @@ VIPL_EXPORT VIP_RETURN VipDisconnect(VIP_VI_HANDLE ViHandle)
     struct vipl_vi *vi = vi_of(ViHandle);
     if (!vi)
         return VIP_INVALID_PARAMETER;
+    /* IDLE too: a VI whose connect failed or was refused still holds the
+     * receives pre-posted for it, and only a flush lets it be destroyed. */
     int state = vipl_vi_state(vi);
-    if (state != VIP_STATE_CONNECTED && state != VIP_STATE_ERROR)
+    if (state != VIP_STATE_CONNECTED && state != VIP_STATE_ERROR && state != VIP_STATE_IDLE)
         return VIP_INVALID_STATE;
     return vi->nic->prov->disconnect(vi);
 }

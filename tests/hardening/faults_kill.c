@@ -54,13 +54,7 @@ struct outcome {
 
 #define CHUNK 8192
 
-#define IDLE_LEAK                                                                          \
-    "a connect that fails leaves its VI (2 descriptors, 2 memfd mappings) behind; patch "  \
-    "hostile-idle-flush.patch"
 
-#define CONNECT_EPIPE                                                                      \
-    "a connect whose server dies in the handshake fails with EPIPE (not a connect "      \
-    "errno: ECONNRESET); patch hostile-connect-errno.patch"
 
 /* ---- The end that dies ------------------------------------------------------------------ */
 
@@ -346,15 +340,7 @@ static void survivor(int chan, bool server)
     struct hc_counts now = hc_counts_settle(&base, 3000);
     const char *what = server ? "server survivor after every iteration"
                               : "client survivor after every iteration";
-    /* A connection that failed before it was up (the client's connect, or
-     * the server's accept, when the other end died first) keeps its VI:
-     * the known bug below. Threads are checked regardless. */
-    if (hc_known_bug(IDLE_LEAK)) {
-        hc_counts_check(&base, &now, what);
-    } else {
-        CHECK_MSG(now.threads == base.threads, "%s: threads %d -> %d", what, base.threads,
-                  now.threads);
-    }
+    hc_counts_check(&base, &now, what);
     if (lfd >= 0)
         SYS(sov_close(lfd));
     s_tok(chan, 'q');
@@ -441,12 +427,9 @@ static void run_iteration(struct plan p, bool client_dies, unsigned it)
                   "iteration %u: the survivor's connection ended with %s", it,
                   s_errname(oc.err));
     } else {
-        /* EPIPE: the known bug below (a connect is not a stream that ended). */
-        CHECK_MSG(oc.err == 0 || oc.err == ECONNREFUSED || oc.err == ECONNRESET ||
-                      (oc.err == EPIPE && !hc_known_bugs_on()),
+        /* Not EPIPE: a connect is not a stream that ended. */
+        CHECK_MSG(oc.err == 0 || oc.err == ECONNREFUSED || oc.err == ECONNRESET,
                   "iteration %u: the survivor's connect failed with %s", it, s_errname(oc.err));
-        if (oc.err == EPIPE)
-            s_log("iteration %u: known bug: %s", it, CONNECT_EPIPE);
     }
 }
 

@@ -35,9 +35,6 @@
     } while (0)
 
 #define ROUNDS 50
-#define IDLE_LEAK                                                                          \
-    "each fallback connect leaks its VI (2 descriptors, 2 memfd mappings); patch "        \
-    "hostile-idle-flush.patch"
 
 static int count_fds(void)
 {
@@ -122,14 +119,8 @@ int main(void)
     CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     printf("[run_fallback] %d fallback connections: descriptors %d -> %d, memfd mappings %d -> "
            "%d\n", ROUNDS, fds, fds2, maps, maps2);
-    const char *kb = getenv("HARDENING_TEST_KNOWN_BUGS");
-    if (kb && strcmp(kb, "1") == 0) {
-        CHECK(fds2 == fds);
-        CHECK(maps2 == maps);
-    } else {
-        printf("[run_fallback] SKIP the leak check (known bug; HARDENING_TEST_KNOWN_BUGS=1 "
-               "runs it): %s\n", IDLE_LEAK);
-    }
+    CHECK(fds2 == fds);
+    CHECK(maps2 == maps);
     printf("[run_fallback] PASS\n");
     return 0;
 }

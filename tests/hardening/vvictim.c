@@ -112,7 +112,7 @@ static void post_all(struct vend *e)
 static int vend_close(struct vend *e)
 {
     /* Also when IDLE with receives posted (a refused accept): only a
-     * disconnect can flush them (see IDLE_LEAK in hostile_vipl.c). */
+     * disconnect can flush them (docs/VIPL.md, VipDisconnect). */
     VipDisconnect(e->vi);
     int ok = 0;
     for (int tries = 0; tries < 100 && !ok; tries++) {

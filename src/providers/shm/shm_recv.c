@@ -141,8 +141,10 @@ static uint32_t take_completion(struct shm_vi *vi, struct shm_rq_entry *e,
     }
     if (op == VIP_STATUS_OP_RECEIVE)
         ok = ok && len <= e->total && (ilen == 0 || (ilen == len && len <= SHM_INLINE_MAX));
-    else
-        ok = ok && ilen == 0; /* an RDMA write's data is already in place */
+    else /* an RDMA write's data is already in place: in our arena, the only
+          * memory a peer may write to, and only if this VI allows it */
+        ok = ok && ilen == 0 && vi->core.attrs.EnableRdmaWrite && vi->arena &&
+             len <= vi->arena_len;
     if (!ok) {
         vi->stats.PeerProtocolErrors++;
         *fail = VIP_ERROR_CONN_LOST;

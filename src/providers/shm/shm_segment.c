@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +17,12 @@
 
 int shm_memfd(const char *name, size_t len)
 {
+    /* Growing a file past RLIMIT_FSIZE raises SIGXFSZ, whose default action
+     * kills the process: a program that limits the files it writes must see
+     * a failed connection, as a kernel socket would, not die of it. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && len > rl.rlim_cur)
+        return -ENOMEM;
     int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return -errno;
