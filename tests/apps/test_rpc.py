@@ -146,23 +146,23 @@ class Rpc(pt.ProgramCase):
         for c in clients:
             self.check_carried(c)
 
-    def bench(self, sovia):
+    def bench(self, sovia, *extra):
         script = os.path.join(SRC, "src", "apps", "rpc", "rpc_bench.py")
         return subprocess.run([sys.executable, script, "--sovia", sovia, "--bindir", pt.BINDIR,
-                               "--sizes", "0,64,4096", "--calls", "200", "--rounds", "1"],
-                              capture_output=True, text=True, timeout=60)
+                               "--sizes", "0,64,4096", "--calls", "200", "--rounds", "1",
+                               *extra], capture_output=True, text=True, timeout=60)
 
     def test_bench_script(self):
         """rpc_bench.py (what `sovia report` runs) gives one JSON line per
-        size and transport."""
-        p = self.bench(pt.SOVIA)
+        size and transport (the tcp pair pinned to CPU 0 here)."""
+        p = self.bench(pt.SOVIA, "--tcp-cpu", "0")
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         rows = [json.loads(l) for l in p.stdout.splitlines()]
         self.assertEqual(sorted((r["arg_bytes"], r["transport"]) for r in rows),
                          [(s, t) for s in (0, 64, 4096) for t in ("sovia", "tcp")], p.stdout)
         for r in rows:
             self.assertGreater(r["mean_us"], 0, r)
-            self.assertEqual(r["calls"], 200, r)
+            self.assertEqual((r["calls"], r["tcp_cpu"]), (200, 0), r)
         pt.report("rpc_bench.py: " + " ".join(f"{r['transport']}/{r['arg_bytes']}="
                                               f"{r['mean_us']:.1f}us" for r in rows))
 

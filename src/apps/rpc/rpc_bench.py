@@ -14,9 +14,17 @@ procedure (Fig. 10's x = 0, the "null RPC"). The sovia figures are only
 printed if the SOVIA_STAT_LOG records show that sovia carried every sovia
 client's connection.
 
+--tcp-cpu CPU runs the kernel TCP pair on one CPU. On a virtual machine
+whose idle vCPUs wake slowly, a TCP ping-pong between two CPUs pays that
+wake-up on every call when the machine is otherwise idle (measured here:
+45-75 us per null call across CPUs, 6.7 us on one CPU, 7 us across CPUs
+while other work keeps them awake); one CPU gives kernel TCP its best
+case. sovia's pair spins (latency profile, or balanced up to its spin
+budget), so it is not pinned: two spinners on one CPU would take turns.
+
 Prints one JSON line per size and transport:
   {"arg_bytes": 0, "transport": "tcp", "mean_us": 7.1, "median_round_us": 7.0,
-   "calls": 60000, "profile": "balanced"}
+   "calls": 60000, "profile": "balanced", "tcp_cpu": null}
 mean_us is over all rounds' timed calls (every round makes the same
 number); median_round_us, the median of the rounds' means, is what to look
 at on a machine other programs load (a spinning waiter whose peer has no
@@ -26,7 +34,7 @@ for the run if none is running, which needs root).
 
 usage: rpc_bench.py (--build DIR | --sovia PATH --bindir DIR)
                     [--sizes 0,64,256,1024,4096] [--calls 20000] [--rounds 3]
-                    [--profile latency|throughput|balanced]
+                    [--profile latency|throughput|balanced] [--tcp-cpu CPU]
 """
 import argparse
 import json
@@ -60,6 +68,8 @@ class Bench:
 
     def command(self, transport, argv):
         if transport == "tcp":
+            if self.args.tcp_cpu is not None:
+                return ["taskset", "-c", str(self.args.tcp_cpu), *argv]
             return argv
         profile = ["--profile", self.args.profile] if self.args.profile else []
         return [self.args.sovia, "run", *profile, "--", *argv]
@@ -150,7 +160,8 @@ class Bench:
                                   "mean_us": round(statistics.fmean(r), 3),
                                   "median_round_us": round(statistics.median(r), 3),
                                   "calls": a.calls * a.rounds,
-                                  "profile": a.profile or "balanced"}), flush=True)
+                                  "profile": a.profile or "balanced",
+                                  "tcp_cpu": a.tcp_cpu}), flush=True)
 
     def close(self):
         """Stops any server left running, then rpcbind if it was started
@@ -173,6 +184,8 @@ def parse_args():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", choices=("latency", "throughput", "balanced"),
                     help="sovia run --profile (default: sovia run's own, balanced)")
+    ap.add_argument("--tcp-cpu", type=int, metavar="CPU",
+                    help="run the tcp server and client both on this CPU (taskset)")
     a = ap.parse_args()
     if a.build:
         a.sovia = a.sovia or os.path.join(a.build, "src", "tools", "sovia", "sovia")
@@ -188,6 +201,8 @@ def parse_args():
         ap.error("a size given twice in --sizes")
     if any(not 0 <= s <= 4096 for s in a.sizes) or a.calls < 1 or a.rounds < 1:
         ap.error("sizes must be 0..4096, calls and rounds at least 1")
+    if a.tcp_cpu is not None and not shutil.which("taskset"):
+        ap.error("--tcp-cpu needs taskset (util-linux)")
     for path in (a.sovia, os.path.join(a.bindir, "rpc_server"),
                  os.path.join(a.bindir, "rpc_client")):
         if not os.access(path, os.X_OK):
