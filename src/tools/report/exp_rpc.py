@@ -4,8 +4,9 @@ TCP and over sovia (client and server unmodified, under `sovia run`).
 
 Measured by the RPC application's own script (`src/apps/rpc/rpc_bench.py`,
 see hooks.py): rpcbind, the rpcgen server and a client timing a series of
-calls per size, over kernel TCP and under `sovia run`, in alternating
-rounds; mean_us is the mean over its rounds."""
+calls per size, over kernel TCP (both ends pinned to one CPU, its best case)
+and under `sovia run --profile latency` (polling, two cores), in
+alternating rounds; mean_us is the mean over its rounds."""
 from . import hooks, paper, plots
 from .jobs import Job
 from .md import Section, checks_table, num, prose, table
@@ -23,8 +24,12 @@ def plan(mode, ctx):
         return []
     calls = {"smoke": 200, "quick": 2000}.get(mode.name, 20000)
     rounds = 1 if mode.name == "smoke" else 3
+    # Each transport at its best: sovia polling on two cores (the latency
+    # profile; balanced spins against a peer that has no core on a busy
+    # 2-core machine), kernel TCP with both ends on one CPU (an idle
+    # vCPU's wake-up otherwise costs it 40-70 us per call).
     args = ["--sizes", ",".join(str(s) for s in mode.rpc_sizes), "--calls", str(calls),
-            "--rounds", str(rounds)]
+            "--rounds", str(rounds), "--profile", "latency", "--tcp-cpu", "0"]
     build = hooks.build_dir(ctx.sovia)
     if build:
         args += ["--build", build]
