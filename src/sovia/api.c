@@ -78,7 +78,7 @@ static void do_init(void)
     static bool handlers_installed; /* a forked child may initialize again */
     if (!handlers_installed) {
         atexit(sov_atexit);
-        pthread_atfork(sov_before_fork, NULL, sov_after_fork_child);
+        pthread_atfork(sov_before_fork, sov_after_fork_parent, sov_after_fork_child);
         handlers_installed = true;
     }
     init_err = 0;
@@ -425,14 +425,27 @@ void sov_before_fork(void)
         }
         sov_unlock(&s->lock);
     }
+    /* Last, and held across the fork, so that no other thread is inside
+     * them when the child's copy is made (sockets first: the service
+     * thread takes sov_g.lock before a socket's lock). */
+    sov_table_fork_lock(true);
+    pthread_mutex_lock(&sov_g.lock);
+}
+
+void sov_after_fork_parent(void)
+{
+    pthread_mutex_unlock(&sov_g.lock);
+    sov_table_fork_lock(false);
 }
 
 /* In a forked child: the parent's threads are gone; they start again when
- * needed. (A lock one of them held at the fork stays held: a known limit
- * of forking a threaded process, as for any library.) Connections the
- * parent was closing or pairing stay the parent's business. */
+ * needed. The locks the forking thread took in sov_before_fork are this
+ * thread's to release. Connections the parent was closing or pairing stay
+ * the parent's business. */
 void sov_after_fork_child(void)
 {
+    pthread_mutex_unlock(&sov_g.lock);
+    sov_table_fork_lock(false);
     /* The parent's service thread may have been waiting on the condition
      * variable: its waiter count came along and a signal would wait for
      * that waiter forever (glibc's condvar quiesces it). */

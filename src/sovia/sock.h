@@ -203,6 +203,8 @@ extern struct sov_global sov_g;
 /* api.c / table.c */
 int sov_init(void); /* once per process; 0 or -errno */
 void sov_before_fork(void);
+void sov_after_fork_parent(void);
+void sov_table_fork_lock(bool lock);
 void sov_after_fork_child(void);
 /* The socket behind fd, locked; NULL with errno EBADF or ENOTSOCK. */
 struct sov_sock *sov_acquire(int fd);

@@ -193,3 +193,12 @@ void sov_sock_free(struct sov_sock *s)
     pool = s;
     pthread_mutex_unlock(&table_lock);
 }
+
+/* Held across fork() by sov_before_fork, so the child's table is whole. */
+void sov_table_fork_lock(bool lock)
+{
+    if (lock)
+        pthread_mutex_lock(&table_lock);
+    else
+        pthread_mutex_unlock(&table_lock);
+}

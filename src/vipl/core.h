@@ -63,19 +63,6 @@ VIP_RETURN vipl_vi_make(VIP_NIC_HANDLE nic, VIP_VI_ATTRIBUTES *attrs, VIP_CQ_HAN
 VIP_RETURN vipl_cq_make(VIP_NIC_HANDLE nic, VIP_ULONG entries, VIP_ULONG flags,
                         const VIPX_STATE *import, VIP_CQ_HANDLE *out);
 
-/* pool.c: each object sits after this header; `all` links every object of
- * the pool, live or dead (vipl_pool.all), `next` the dead ones. */
-struct vipl_pool_obj {
-    struct vipl_pool_obj *next;
-    struct vipl_pool_obj *all;
-    char pad[VIPL_POOL_ALIGN - 2 * sizeof(struct vipl_pool_obj *)];
-};
-
-static inline void *vipl_pool_object(struct vipl_pool_obj *o)
-{
-    return o + 1;
-}
-
 void vipl_pool_init(struct vipl_pool *pool, size_t size);
 void *vipl_pool_get(struct vipl_pool *pool);
 void vipl_pool_put(struct vipl_pool *pool, void *obj);

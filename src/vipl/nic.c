@@ -104,6 +104,9 @@ VIPL_EXPORT VIP_RETURN VipxNicAfterFork(VIP_NIC_HANDLE NicHandle)
     if (!nic)
         return VIP_INVALID_PARAMETER;
     pthread_mutex_init(&nic->lock, NULL);
+    struct vipl_pool *pools[] = {&nic->ptags, &nic->vi_pool, &nic->cqs, &nic->conns};
+    for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++)
+        pthread_mutex_init(&pools[i]->lock, NULL);
     if (nic->prov->after_fork)
         nic->prov->after_fork(nic);
     return VIP_SUCCESS;

@@ -46,9 +46,22 @@ struct vipl_notify;
 struct vipl_pool {
     pthread_mutex_t lock;
     void *dead;
-    void *all; /* every object ever made, live or dead: see pool.c */
+    struct vipl_pool_obj *all; /* every object ever made, live or dead */
     size_t size;
 };
+
+/* pool.c: each object sits after this header; `all` links every object of
+ * the pool, live or dead (vipl_pool.all), `next` the dead ones. */
+struct vipl_pool_obj {
+    struct vipl_pool_obj *next;
+    struct vipl_pool_obj *all;
+    char pad[VIPL_POOL_ALIGN - 2 * sizeof(struct vipl_pool_obj *)];
+};
+
+static inline void *vipl_pool_object(struct vipl_pool_obj *o)
+{
+    return o + 1;
+}
 
 struct vipl_ptag {
     uint32_t magic;

@@ -127,9 +127,24 @@ static void client_waits_then_echo(int chan, void *arg)
     CHECK_EQ(SYS(sov_close(fd)), 0);
 }
 
+/* GCC 12's AddressSanitizer does not lock its allocator around fork(): a
+ * child forked while another thread of the parent (sovia's service,
+ * connection or agent thread) was inside malloc inherits that lock held
+ * and hangs at its next allocation or in the leak check at exit. These
+ * cases fork such children; the plain and TSan builds run them. */
+#ifdef __SANITIZE_ADDRESS__
+#define ASAN_FORK_HAZARD 1
+#else
+#define ASAN_FORK_HAZARD 0
+#endif
+
 int main(void)
 {
     s_init("fork", 60);
+    if (ASAN_FORK_HAZARD) {
+        s_log("SKIP: AddressSanitizer builds (its allocator is not fork-safe with threads)");
+        s_pass();
+    }
     if (s_case("accept_fork_serve"))
         s_run_pair("server", server_accept_fork_serve, "client", client_echo_then_eof, NULL);
     if (s_case("child_exits"))

@@ -47,6 +47,11 @@ static void shm_after_fork(struct vipl_nic *nic)
 {
     struct shm_nic *snic = shm_nic(nic);
     pthread_mutex_init(&snic->lock, NULL);
+    for (struct vipl_pool_obj *o = nic->cqs.all; o; o = o->all) {
+        struct vipl_cq *cq = vipl_pool_object(o);
+        if (cq->magic == VIPL_CQ_MAGIC)
+            pthread_mutex_init(&shm_cq(cq)->lock, NULL);
+    }
     snic->agent = shm_agent_after_fork(snic->agent, nic);
 }
 
