@@ -149,6 +149,12 @@ static void test_disconnect_is_not_closed(h_peer p)
 int main(void)
 {
     h_init("share", 60);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    /* As tests/sovia/fork.c: the holder's child starts the agent thread in
+     * a child of a threaded parent, which the sanitizers cannot follow. */
+    h_log("SKIP: sanitizer builds (threads started in a child of a threaded parent)");
+    h_pass();
+#endif
     h_disc(srv, sizeof srv);
     h_disc(cli, sizeof cli);
     h_disc(srv2, sizeof srv2);
