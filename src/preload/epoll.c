@@ -3,34 +3,56 @@
  *
  * The kernel cannot see a carried socket's readiness, so each epoll set
  * that holds one keeps those entries here (level- or edge-triggered,
- * EPOLLONESHOT) while its kernel descriptors stay in the kernel set. Two
- * doorbells join the kernel set: the completion queue's wake-up descriptor
- * and sovia's event descriptor, so a sleeping epoll_wait wakes for sovia
- * traffic, and an epoll set nested in another becomes readable too.
+ * EPOLLONESHOT) while its kernel descriptors stay in the kernel set. A
+ * carried socket is in the kernel set as well, as a placeholder that asks
+ * for no event under a tag of ours: so the kernel checks every epoll_ctl
+ * on it as on any socket (EBADF, EINVAL, EPERM, EEXIST, ENOENT, ...), the
+ * entry leaves the set with the socket, and a socket that falls back to
+ * kernel TCP only needs its entry given the program's events.
+ *
+ * An epoll set registered in another is both a kernel entry of the outer
+ * set (for its kernel descriptors) and an entry here (for its carried
+ * ones, looked at on each scan). The kernel sets hold nothing else of
+ * ours, and placeholders report nothing, so what the kernel reports for a
+ * set (to poll, select, or a set nesting it) is what its kernel
+ * descriptors have.
+ *
+ * A wait on a set with carried entries looks at them and asks the kernel
+ * set (zero timeout) in the same call (see wait_active), the two taking
+ * turns to go first, then spins (wait modes) asking the kernel every so
+ * often; to sleep it polls the set together with the sockets layer's
+ * doorbells. A signal handler run meanwhile ends it with EINTR.
  */
 #include <errno.h>
-#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <sovia.h>
 
+#include "pollwait.h"
 #include "preload.h"
 #include "sock.h"
 #include "transparent.h"
+#include "waits.h"
 
-#define DOORBELL_CQ 0x736f7669610001ull
-#define DOORBELL_EVENT 0x736f7669610002ull
 #define MAX_SETS 65536
+#define MAX_DEPTH 6      /* sets looked into at once (the kernel nests 4 levels) */
+#define KERNEL_EVERY 64  /* spinning: rounds between looks at the kernel set */
+#define KERNEL_QUIET_NS 10000 /* a kernel set found empty is left alone as long */
+#define TAG_OURS 0x736f7669u /* "sovi": a placeholder's tag, with its descriptor */
+
+enum kind { CARRIED, NESTED };
 
 struct item {
     int fd;
+    enum kind kind;
     uint32_t events;
     epoll_data_t data;
-    bool disabled;  /* EPOLLONESHOT fired */
-    uint32_t last;  /* readiness at the previous look (for edges) */
+    bool disabled; /* EPOLLONESHOT fired */
+    bool gone;     /* no longer carried, or the nested set closed: dropped after the scan */
+    uint32_t last; /* readiness at the previous look (for edges) */
     uint64_t last_rx, last_tx;
 };
 
@@ -38,8 +60,16 @@ struct epset {
     pthread_mutex_t lock;
     struct item *v;
     unsigned n, cap;
-    bool doorbells;
-    atomic_uint rounds; /* scans since the kernel set was last asked */
+    unsigned cursor; /* where the next scan starts: ready entries take turns */
+    atomic_uint ncarried, nnested;
+    atomic_int nkernel;         /* kernel entries added through us (may overcount) */
+    atomic_bool kernel_unknown; /* not seen created: it may hold any */
+    atomic_bool is_epoll;       /* an epoll descriptor (the kernel said so) */
+    atomic_uint turn;           /* even: carried entries first, odd: kernel ones */
+    atomic_bool kernel_quiet;   /* the last look found the kernel set empty */
+    atomic_bool kernel_owed;    /* a call returned at once without looking */
+    _Atomic uint64_t kernel_seen_ns; /* when the kernel set was last looked at */
+    atomic_int sleepers;        /* threads asleep on it */
 };
 
 static _Atomic(struct epset *) sets[MAX_SETS];
@@ -59,8 +89,10 @@ static struct epset *set_get(int epfd)
     if (!s)
         return NULL;
     pthread_mutex_init(&s->lock, NULL);
+    atomic_store(&s->kernel_unknown, true);
     struct epset *expected = NULL;
     if (!atomic_compare_exchange_strong(&sets[epfd], &expected, s)) {
+        pthread_mutex_destroy(&s->lock);
         free(s);
         return expected;
     }
@@ -70,6 +102,22 @@ static struct epset *set_get(int epfd)
     return s;
 }
 
+/* Empties a set whose descriptor was (re)created, or closed. */
+static void set_reset(struct epset *s, bool created)
+{
+    pthread_mutex_lock(&s->lock);
+    s->n = 0;
+    s->cursor = 0;
+    atomic_store(&s->ncarried, 0);
+    atomic_store(&s->nnested, 0);
+    atomic_store(&s->nkernel, 0);
+    atomic_store(&s->kernel_unknown, !created);
+    atomic_store(&s->is_epoll, created);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- entries (under the set's lock) ------------------------------------------ */
+
 static struct item *find(struct epset *s, int fd)
 {
     for (unsigned i = 0; i < s->n; i++)
@@ -78,151 +126,120 @@ static struct item *find(struct epset *s, int fd)
     return NULL;
 }
 
+static struct item *append(struct epset *s)
+{
+    if (s->n == s->cap) {
+        unsigned cap = s->cap ? s->cap * 2 : 8;
+        struct item *v = realloc(s->v, cap * sizeof(*v));
+        if (!v)
+            return NULL;
+        s->v = v;
+        s->cap = cap;
+    }
+    return &s->v[s->n++];
+}
+
 static void drop(struct epset *s, struct item *it)
 {
     *it = s->v[--s->n];
 }
 
-void epoll_forget_fd(int fd)
+static short epoll_user_revents(int fd, short events);
+
+static void recount(struct epset *s)
+{
+    unsigned carried = 0, nested = 0;
+    for (unsigned i = 0; i < s->n; i++)
+        *(s->v[i].kind == CARRIED ? &carried : &nested) += 1;
+    atomic_store(&s->ncarried, carried);
+    atomic_store(&s->nnested, nested);
+    /* From now on poll and select may meet an epoll set with carried
+     * entries: sov_poll asks us about the descriptors it does not carry. */
+    if (carried && !__atomic_load_n(&sov_poll_hooks.user_revents, __ATOMIC_RELAXED))
+        __atomic_store_n(&sov_poll_hooks.user_revents, epoll_user_revents, __ATOMIC_RELEASE);
+}
+
+static void count_kernel(struct epset *s, int delta)
+{
+    int v = atomic_load(&s->nkernel) + delta;
+    atomic_store(&s->nkernel, v < 0 ? 0 : v);
+}
+
+/* Drops every entry of this kind for fd, in all sets. */
+static void forget(int fd, enum kind kind)
 {
     for (int e = 0, end = atomic_load(&sets_end); e < end; e++) {
         struct epset *s = atomic_load_explicit(&sets[e], memory_order_relaxed);
-        if (!s || !s->n)
+        if (!s || !atomic_load(kind == CARRIED ? &s->ncarried : &s->nnested))
             continue;
         pthread_mutex_lock(&s->lock);
         struct item *it = find(s, fd);
-        if (it)
+        if (it && it->kind == kind) {
             drop(s, it);
+            recount(s);
+        }
         pthread_mutex_unlock(&s->lock);
     }
 }
 
-static int ring_doorbells(int epfd, struct epset *s)
+void epoll_forget_fd(int fd)
 {
-    if (s->doorbells)
-        return 0;
-    if (sov_init() != 0)
-        return -1;
-    struct epoll_event cq = {.events = EPOLLIN, .data.u64 = DOORBELL_CQ};
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = DOORBELL_EVENT};
-    if (real.epoll_ctl(epfd, EPOLL_CTL_ADD, sov_g.cq_fd, &cq) != 0 && errno != EEXIST)
-        return -1;
-    if (real.epoll_ctl(epfd, EPOLL_CTL_ADD, sov_g.event_fd, &ev) != 0 && errno != EEXIST)
-        return -1;
-    s->doorbells = true;
-    return 0;
+    forget(fd, CARRIED);
 }
 
-/* Does this set hold carried entries (so a set nesting it must ask us)? */
-static bool set_is_ours(int fd)
-{
-    struct epset *s = set_of(fd);
-    return s && s->n;
-}
-
-PRELOAD_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
-{
-    preload_ready();
-    bool ours = carried(fd) || set_is_ours(fd);
-    struct epset *s = set_of(epfd);
-    if (!ours) {
-        if (s && s->n) { /* it was carried when added, and fell back since */
-            pthread_mutex_lock(&s->lock);
-            struct item *it = find(s, fd);
-            if (it)
-                drop(s, it);
-            pthread_mutex_unlock(&s->lock);
-            if (it && op == EPOLL_CTL_DEL)
-                return 0;
-            if (it && op == EPOLL_CTL_MOD)
-                op = EPOLL_CTL_ADD;
-        }
-        return real.epoll_ctl(epfd, op, fd, ev);
-    }
-    if (fd == epfd) {
-        errno = EINVAL;
-        return -1;
-    }
-    /* Let the kernel validate epfd (EBADF, EINVAL for a non-epoll). */
-    if (fcntl(epfd, F_GETFD) < 0)
-        return -1;
-    if (op != EPOLL_CTL_DEL && !ev) {
-        errno = EFAULT;
-        return -1;
-    }
-    if (!(s = set_get(epfd)) || ring_doorbells(epfd, s) != 0) {
-        errno = ENOMEM;
-        return -1;
-    }
-    bool nested = set_is_ours(fd);
-    pthread_mutex_lock(&s->lock);
-    struct item *it = find(s, fd);
-    int err = 0;
-    switch (op) {
-    case EPOLL_CTL_ADD:
-        if (it) {
-            err = EEXIST;
-        } else if (s->n == s->cap) {
-            unsigned cap = s->cap ? s->cap * 2 : 8;
-            struct item *v = realloc(s->v, cap * sizeof(*v));
-            if (!v)
-                err = ENOMEM;
-            else
-                s->v = v, s->cap = cap;
-        }
-        if (!err)
-            s->v[s->n++] = (struct item){.fd = fd, .events = ev->events, .data = ev->data};
-        break;
-    case EPOLL_CTL_MOD:
-        if (!it)
-            err = ENOENT;
-        else
-            *it = (struct item){.fd = fd, .events = ev->events, .data = ev->data};
-        break;
-    case EPOLL_CTL_DEL:
-        if (!it)
-            err = ENOENT;
-        else
-            drop(s, it);
-        break;
-    default:
-        err = EINVAL;
-    }
-    pthread_mutex_unlock(&s->lock);
-    if (!err && nested) /* the inner set's kernel entries reach us through the kernel */
-        real.epoll_ctl(epfd, op, fd, ev);
-    if (err) {
-        errno = err;
-        return -1;
-    }
-    return 0;
-}
-
-static uint32_t readiness(struct item *it, bool *pending, bool *gone);
-
-/* Any ready entry in a nested set (without consuming edges). */
-static bool set_has_ready(int fd)
+void epoll_close_fd(int fd)
 {
     struct epset *s = set_of(fd);
     if (!s)
-        return false;
-    bool ready = false, pending, gone;
-    pthread_mutex_lock(&s->lock);
-    for (unsigned i = 0; i < s->n && !ready; i++) {
-        struct item copy = s->v[i];
-        ready = !copy.disabled && (readiness(&copy, &pending, &gone) & copy.events);
-    }
-    pthread_mutex_unlock(&s->lock);
-    return ready;
+        return;
+    bool was_epoll = atomic_load(&s->is_epoll);
+    set_reset(s, false);
+    if (was_epoll) /* the kernel drops it from the sets nesting it */
+        forget(fd, NESTED);
 }
 
-/* The entry's readiness as epoll bits; *gone when its socket is no longer
- * carried (closed, or fell back to the kernel). */
+/* ---- readiness ------------------------------------------------------------------ */
+
+/* The sets this thread holds locked while looking into nested ones,
+ * outermost first. A set met again (a cycle, possible only through a
+ * descriptor closed and reused behind our back) is not looked into: it
+ * would deadlock. */
+static __thread struct epset *looking[MAX_DEPTH] __attribute__((tls_model("initial-exec")));
+static __thread int nlooking __attribute__((tls_model("initial-exec")));
+
+static bool look_lock(struct epset *s)
+{
+    if (nlooking == MAX_DEPTH)
+        return false;
+    for (int i = 0; i < nlooking; i++)
+        if (looking[i] == s)
+            return false;
+    pthread_mutex_lock(&s->lock);
+    looking[nlooking++] = s;
+    return true;
+}
+
+static void look_unlock(struct epset *s)
+{
+    nlooking--;
+    pthread_mutex_unlock(&s->lock);
+}
+
+static bool set_peek(struct epset *s);
+
+/* The entry's readiness as epoll bits; *gone when it no longer stands for a
+ * carried socket (closed, or fell back to the kernel) or an epoll set. */
 static uint32_t readiness(struct item *it, bool *pending, bool *gone)
 {
     *gone = false;
-    if (set_is_ours(it->fd))
-        return set_has_ready(it->fd) ? EPOLLIN : 0;
+    if (it->kind == NESTED) {
+        struct epset *inner = set_of(it->fd);
+        if (!inner || !atomic_load(&inner->is_epoll)) {
+            *gone = true;
+            return 0;
+        }
+        return set_peek(inner) ? EPOLLIN : 0;
+    }
     struct sov_sock *s = sov_lookup(it->fd);
     if (!s) {
         *gone = true;
@@ -258,127 +275,469 @@ static uint32_t readiness(struct item *it, bool *pending, bool *gone)
     return r;
 }
 
-/* Moves an entry whose socket fell back to the kernel into the kernel set. */
-static void to_kernel(int epfd, struct item *it)
+/* Would a wait on the set report one of its carried or nested entries?
+ * Looks without consuming edges or one-shots, as poll on an epoll set. */
+static bool set_peek(struct epset *s)
 {
-    struct epoll_event ev = {.events = it->events, .data = it->data};
-    if (fcntl(it->fd, F_GETFD) >= 0)
-        real.epoll_ctl(epfd, EPOLL_CTL_ADD, it->fd, &ev);
+    if ((!atomic_load(&s->ncarried) && !atomic_load(&s->nnested)) || !look_lock(s))
+        return false;
+    bool ready = false, pending = false, gone;
+    for (unsigned i = 0; i < s->n && !ready; i++) {
+        struct item copy = s->v[i];
+        if (copy.disabled)
+            continue;
+        uint32_t r = readiness(&copy, &pending, &gone) & (copy.events | EPOLLERR | EPOLLHUP);
+        if (copy.events & EPOLLET)
+            r &= ~copy.last;
+        ready = r != 0;
+    }
+    look_unlock(s);
+    return ready;
 }
 
-static int scan(int epfd, struct epset *s, struct epoll_event *out, int max, bool *pending)
+/* Does the set (or one nested in it) hold a carried entry? */
+static bool set_active(struct epset *s)
 {
-    int n = 0;
+    if (atomic_load(&s->ncarried))
+        return true;
+    if (!atomic_load(&s->nnested) || !look_lock(s))
+        return false;
+    bool active = false;
+    for (unsigned i = 0; i < s->n && !active; i++) {
+        struct epset *inner = s->v[i].kind == NESTED ? set_of(s->v[i].fd) : NULL;
+        active = inner && atomic_load(&inner->is_epoll) && set_active(inner);
+    }
+    look_unlock(s);
+    return active;
+}
+
+bool epoll_active(int fd)
+{
+    struct epset *s = set_of(fd);
+    return s && atomic_load(&s->is_epoll) && set_active(s);
+}
+
+/* poll and select on an epoll set: POLLIN if it has a carried entry to
+ * report (its kernel entries are the kernel's to tell). */
+static short epoll_user_revents(int fd, short events)
+{
+    struct epset *s = set_of(fd);
+    if (!s || !(events & (POLLIN | POLLRDNORM)) || !atomic_load(&s->is_epoll))
+        return 0;
+    return set_peek(s) ? (short)(events & (POLLIN | POLLRDNORM)) : 0;
+}
+
+/* ---- epoll_ctl ------------------------------------------------------------------- */
+
+/* A carried socket's kernel entry: no event of its own (errors and
+ * hang-ups of the kernel socket come once: one-shot), the program's flags
+ * so that the kernel checks them (EPOLLEXCLUSIVE with others: EINVAL), and
+ * EPOLLOUT, which the connected kernel socket has at once, to wake threads
+ * asleep on the set in the kernel. */
+static struct epoll_event placeholder(int fd, const struct epoll_event *ev, bool wake)
+{
+    uint32_t want = ev ? ev->events : 0;
+    uint32_t keep = EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEUP;
+    if (want & EPOLLEXCLUSIVE)
+        keep |= ~(uint32_t)(EPOLLIN | EPOLLOUT);
+    uint32_t e = want & keep;
+    e |= (e & EPOLLEXCLUSIVE) ? EPOLLET : EPOLLONESHOT;
+    if (wake && !(e & EPOLLEXCLUSIVE))
+        e |= EPOLLOUT;
+    return (struct epoll_event){.events = e, .data.u64 = (uint64_t)TAG_OURS << 32 | (uint32_t)fd};
+}
+
+static bool placeholder_tag(epoll_data_t d)
+{
+    return d.u64 >> 32 == TAG_OURS;
+}
+
+/* A carried entry whose socket went to the kernel: its kernel entry takes
+ * over with the program's events. */
+static void to_kernel(int epfd, struct epset *s, struct item *it)
+{
+    struct epoll_event ev = {.events = it->disabled ? EPOLLONESHOT : it->events, .data = it->data};
+    if (real.epoll_ctl(epfd, EPOLL_CTL_MOD, it->fd, &ev) == 0)
+        count_kernel(s, 1);
+}
+
+static int ctl_carried(int epfd, int op, int fd, struct epoll_event *ev)
+{
+    if (op != EPOLL_CTL_DEL && !ev) { /* the kernel's first check */
+        errno = EFAULT;
+        return -1;
+    }
+    struct epoll_event hold = placeholder(fd, ev, false);
+    if (real.epoll_ctl(epfd, op, fd, &hold) != 0)
+        return -1; /* the kernel's errno */
+    struct epset *s = set_get(epfd);
+    if (!s) {
+        if (op == EPOLL_CTL_ADD)
+            real.epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+        errno = ENOMEM;
+        return -1;
+    }
+    atomic_store(&s->is_epoll, true);
     pthread_mutex_lock(&s->lock);
-    for (unsigned i = 0; i < s->n && n < max;) {
-        struct item *it = &s->v[i];
-        bool gone;
-        uint32_t r = it->disabled ? 0 : readiness(it, pending, &gone);
-        if (!it->disabled && gone) {
-            to_kernel(epfd, it);
+    struct item *it = find(s, fd);
+    int err = 0;
+    if (op == EPOLL_CTL_DEL) {
+        if (it)
             drop(s, it);
+        else /* added while still a kernel socket */
+            count_kernel(s, -1);
+    } else { /* ADD (an entry of ours would be stale) or MOD */
+        if (!it && op == EPOLL_CTL_MOD) /* added while still a kernel socket */
+            count_kernel(s, -1);
+        if (!it && !(it = append(s)))
+            err = ENOMEM;
+        else
+            *it = (struct item){.fd = fd, .kind = CARRIED, .events = ev->events, .data = ev->data};
+    }
+    recount(s);
+    pthread_mutex_unlock(&s->lock);
+    if (err) {
+        if (op == EPOLL_CTL_ADD)
+            real.epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+        errno = err;
+        return -1;
+    }
+    /* Threads asleep in the kernel on this set would not see the entry:
+     * the placeholder wakes them. (They count themselves in before they
+     * look at the entries, we after adding it: one side sees the other.) */
+    if (op != EPOLL_CTL_DEL && atomic_load(&s->sleepers) > 0) {
+        hold = placeholder(fd, ev, true);
+        real.epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &hold);
+    }
+    return 0;
+}
+
+/* fd is no longer carried: an entry of ours for it (the socket fell back
+ * since it was added) becomes the kernel's. */
+static void fell_back(int epfd, struct epset *s, int fd)
+{
+    pthread_mutex_lock(&s->lock);
+    struct item *it = find(s, fd);
+    if (it && it->kind == CARRIED) {
+        to_kernel(epfd, s, it);
+        drop(s, it);
+        recount(s);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* After the kernel took a change to a kernel entry: our bookkeeping. */
+static void kernel_changed(int epfd, int op, int fd, const struct epoll_event *ev)
+{
+    struct epset *s = set_get(epfd);
+    if (!s)
+        return;
+    atomic_store(&s->is_epoll, true);
+    struct epset *inner = fd != epfd ? set_of(fd) : NULL;
+    bool nested = inner && atomic_load(&inner->is_epoll);
+    pthread_mutex_lock(&s->lock);
+    count_kernel(s, op == EPOLL_CTL_ADD ? 1 : op == EPOLL_CTL_DEL ? -1 : 0);
+    struct item *it = find(s, fd);
+    if (it && (op == EPOLL_CTL_DEL || op == EPOLL_CTL_ADD)) /* DEL, or a stale one */
+        drop(s, it), it = NULL;
+    if (nested && op != EPOLL_CTL_DEL && (it || (it = append(s))))
+        *it = (struct item){.fd = fd, .kind = NESTED, .events = ev->events, .data = ev->data};
+    recount(s);
+    pthread_mutex_unlock(&s->lock);
+}
+
+PRELOAD_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+    preload_ready();
+    if (carried(fd))
+        return ctl_carried(epfd, op, fd, ev);
+    struct epset *s = set_of(epfd);
+    if (s && atomic_load(&s->ncarried))
+        fell_back(epfd, s, fd);
+    int rc = real.epoll_ctl(epfd, op, fd, ev);
+    if (rc == 0) {
+        int err = errno;
+        kernel_changed(epfd, op, fd, ev);
+        errno = err;
+    }
+    return rc;
+}
+
+/* ---- waiting -------------------------------------------------------------------- */
+
+/* Folds events for `data` into an event already in out[0..n) with the same
+ * data (a nested set reported by both the kernel and us): true if done. */
+static bool merge(struct epoll_event *out, int n, epoll_data_t data, uint32_t events)
+{
+    for (int i = 0; i < n; i++)
+        if (out[i].data.u64 == data.u64) {
+            out[i].events |= events;
+            return true;
+        }
+    return false;
+}
+
+/* Our side of a one-shot nested entry fired: so does its kernel side. */
+static void disarm_kernel(int epfd, struct item *it)
+{
+    struct epoll_event ev = {.events = EPOLLONESHOT, .data = it->data};
+    real.epoll_ctl(epfd, EPOLL_CTL_MOD, it->fd, &ev);
+}
+
+/* Drops the entries a scan found gone. */
+static void sweep(int epfd, struct epset *s)
+{
+    for (unsigned i = 0; i < s->n;) {
+        struct item *it = &s->v[i];
+        if (!it->gone) {
+            i++;
             continue;
         }
-        uint32_t report = r & (it->events | EPOLLERR | EPOLLHUP);
+        if (it->kind == CARRIED)
+            to_kernel(epfd, s, it);
+        else /* the closed set's kernel entry went with it */
+            count_kernel(s, -1);
+        drop(s, it);
+    }
+    recount(s);
+}
+
+/* Adds the ready carried and nested entries to out[n..max), starting after
+ * the last one reported (each has its turn when `max` is small); returns
+ * the new count. */
+static int scan(int epfd, struct epset *s, struct epoll_event *out, int n, int max, bool *pending)
+{
+    int n0 = n;
+    bool swept = false;
+    if (!look_lock(s))
+        return n;
+    unsigned count = s->n, i = s->cursor < count ? s->cursor : 0;
+    for (unsigned k = 0; k < count && n < max; k++, i = i + 1 < count ? i + 1 : 0) {
+        struct item *it = &s->v[i];
+        if (it->disabled)
+            continue;
+        bool gone;
+        uint32_t report = readiness(it, pending, &gone) & (it->events | EPOLLERR | EPOLLHUP);
+        if (gone) {
+            it->gone = swept = true;
+            continue;
+        }
         if (it->events & EPOLLET) {
             uint32_t fresh = report & ~it->last;
             it->last = report;
             report = fresh;
         }
-        if (report) {
-            out[n++] = (struct epoll_event){.events = report, .data = it->data};
-            if (it->events & EPOLLONESHOT)
-                it->disabled = true;
+        if (!report)
+            continue;
+        if (it->events & EPOLLONESHOT) {
+            it->disabled = true;
+            if (it->kind == NESTED)
+                disarm_kernel(epfd, it);
         }
-        i++;
+        s->cursor = i + 1;
+        if (it->kind == NESTED && merge(out, n0, it->data, report))
+            continue;
+        out[n++] = (struct epoll_event){.events = report, .data = it->data};
     }
-    pthread_mutex_unlock(&s->lock);
+    if (swept)
+        sweep(epfd, s);
+    look_unlock(s);
     return n;
 }
 
-/* Kernel events after `n` user ones, without the doorbells (drained). */
-static int kernel_events(int epfd, struct epoll_event *out, int n, int max, int timeout)
+/* A kernel report for a nested entry: merged with ours if we reported it in
+ * this call; a one-shot one is spent on our side too. */
+static bool nested_fired(struct epset *s, struct epoll_event ev, struct epoll_event *out, int n0)
 {
-    int k = real.epoll_wait(epfd, out + n, max - n, timeout);
-    if (k < 0)
-        return -1;
-    int kept = n;
-    for (int i = n; i < n + k; i++) {
-        uint64_t tag = out[i].data.u64;
-        if (tag == DOORBELL_EVENT) {
-            uint64_t v;
-            if (real.read(sov_g.event_fd, &v, sizeof(v)) < 0) {
-                /* drained by another waiter */
-            }
-        } else if (tag == DOORBELL_CQ) {
-            VipxCQArm(sov_g.cq, VIP_TRUE); /* arming drains old wake-ups */
-            VipxCQArm(sov_g.cq, VIP_FALSE);
-        } else {
-            out[kept++] = out[i];
+    bool nested = false;
+    pthread_mutex_lock(&s->lock);
+    for (unsigned i = 0; i < s->n; i++) {
+        struct item *it = &s->v[i];
+        if (it->kind == NESTED && it->data.u64 == ev.data.u64) {
+            nested = true;
+            if (it->events & EPOLLONESHOT)
+                it->disabled = true;
         }
     }
-    return kept;
+    pthread_mutex_unlock(&s->lock);
+    return nested && merge(out, n0, ev.data, ev.events);
 }
 
-static int wait_any(int epfd, struct epset *s, struct epoll_event *out, int max, int timeout)
+/* The kernel set's ready entries (zero timeout) into out[n..max), without
+ * our placeholders; returns the new count, or -1. */
+static int kernel_events(int epfd, struct epset *s, struct epoll_event *out, int n, int max)
 {
-    uint64_t start = sov_now_ns(), spin_ns = sov_poll_spin_ns();
-    for (;;) {
-        bool pending = false;
-        int n = scan(epfd, s, out, max, &pending);
-        /* The kernel set is asked every 64th scan (counted across calls): a
-         * system call each time would cost more than a sovia round trip. */
-        if (n < max && atomic_fetch_add(&s->rounds, 1) % 64 == 0) {
-            int k = kernel_events(epfd, out, n, max, 0);
-            if (k < 0)
-                return -1;
-            n = k;
+    int k = real.epoll_wait(epfd, out + n, max - n, 0);
+    if (k < 0)
+        return -1;
+    bool nested = atomic_load(&s->nnested) != 0;
+    int n0 = n, end = n + k;
+    for (int i = n0; i < end; i++) {
+        struct epoll_event ev = out[i];
+        if (placeholder_tag(ev.data) || (nested && nested_fired(s, ev, out, n0)))
+            continue;
+        out[n++] = ev;
+    }
+    atomic_store_explicit(&s->kernel_quiet, n == n0 && end < max, memory_order_relaxed);
+    atomic_store_explicit(&s->kernel_owed, false, memory_order_relaxed);
+    atomic_store_explicit(&s->kernel_seen_ns, sov_now_ns(), memory_order_relaxed);
+    return n;
+}
+
+enum ask { ASK_NOT, ASK_IF_ANY, ASK_ALWAYS };
+
+/* One look at everything: carried and nested entries, and the kernel set
+ * if asked (ASK_IF_ANY: if it holds anything but placeholders). */
+static int harvest(int epfd, struct epset *s, struct epoll_event *out, int max, enum ask ask,
+                   bool kernel_first, bool *pending)
+{
+    bool kernel = ask == ASK_ALWAYS || (ask == ASK_IF_ANY && (atomic_load(&s->nkernel) > 0 ||
+                                                              atomic_load(&s->kernel_unknown)));
+    int n = 0;
+    if (kernel && kernel_first && (n = kernel_events(epfd, s, out, 0, max)) < 0)
+        return -1;
+    n = scan(epfd, s, out, n, max, pending);
+    if (kernel && !kernel_first && n < max)
+        n = kernel_events(epfd, s, out, n, max);
+    return n;
+}
+
+/* epoll_wait on a set with carried entries. The kernel set is asked in the
+ * first look, so that one call reports every entry ready when it began,
+ * unless the last look found it empty less than KERNEL_QUIET_NS ago (a
+ * system call costs about as much as a sovia round trip, and a program
+ * waiting for its next message calls again and again). A call that returns
+ * at once without asking (carried entries ready, or a zero timeout) makes
+ * the next one ask: a busy carried socket delays a ready kernel descriptor
+ * by one call at most. While spinning, the kernel set is asked every KERNEL_EVERY
+ * rounds. */
+static int wait_active(int epfd, struct epset *s, struct epoll_event *out, int max, int timeout,
+                       const sigset_t *mask)
+{
+    if (max <= 0 || max > (int)(INT_MAX / sizeof(struct epoll_event))) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (!out) {
+        errno = EFAULT;
+        return -1;
+    }
+    struct sov_sigwatch sig = sov_sigwatch_start();
+    unsigned turn = atomic_load_explicit(&s->turn, memory_order_relaxed);
+    atomic_store_explicit(&s->turn, turn + 1, memory_order_relaxed); /* a lost turn is no harm */
+    bool kernel_first = turn & 1, pending = false;
+    uint64_t start = sov_now_ns();
+    bool ask = !atomic_load_explicit(&s->kernel_quiet, memory_order_relaxed) ||
+               atomic_load_explicit(&s->kernel_owed, memory_order_relaxed) ||
+               start - atomic_load_explicit(&s->kernel_seen_ns, memory_order_relaxed) >=
+                   KERNEL_QUIET_NS;
+    int n = harvest(epfd, s, out, max, ask ? ASK_IF_ANY : ASK_NOT, kernel_first, &pending);
+    if ((n > 0 || timeout == 0) && !ask)
+        atomic_store_explicit(&s->kernel_owed, true, memory_order_relaxed);
+    if (n != 0 || timeout == 0) /* the kernel's epoll does not fail a call that did not wait */
+        return n;
+    sigset_t old;
+    if (mask) /* nothing ready: the call's mask from now on, as the kernel's */
+        pthread_sigmask(SIG_SETMASK, mask, &old);
+    uint64_t spin_ns = sov_poll_spin_ns();
+    enum ask after_sleep = ASK_IF_ANY;
+    for (unsigned round = 1;; round++) {
+        if (sov_sigwatch_fired(&sig)) { /* a handler ran: EINTR, as the kernel */
+            n = -1;
+            errno = EINTR;
+            break;
         }
-        if (n || timeout == 0)
-            return n;
+        /* The clock every round, also while spinning: a tighter loop (or a
+         * pause instruction) made the round trip slower. */
         uint64_t now = sov_now_ns();
         long left_ms = timeout < 0 ? -1 : timeout - (long)((now - start) / 1000000);
         if (timeout > 0 && left_ms <= 0)
-            return 0;
-        if (now - start < spin_ns)
+            break;
+        if (now - start < spin_ns) {
+            n = harvest(epfd, s, out, max, round % KERNEL_EVERY ? ASK_NOT : ASK_IF_ANY,
+                        kernel_first, &pending);
+            if (n)
+                break;
             continue;
+        }
+        /* Sleep: count in (an entry added from now on wakes us), arm, look
+         * once more (a packet may have raced the arming), then poll the set
+         * with the doorbells. */
+        atomic_fetch_add(&s->sleepers, 1);
         VipxCQArm(sov_g.cq, VIP_TRUE);
-        n = scan(epfd, s, out, max, &pending);
+        n = harvest(epfd, s, out, max, after_sleep, kernel_first, &pending);
         if (n) {
             VipxCQArm(sov_g.cq, VIP_FALSE);
-            return n;
+            atomic_fetch_sub(&s->sleepers, 1);
+            break;
         }
         int cap = pending ? 2 : 20;
         int slice = left_ms < 0 || left_ms > cap ? cap : (int)left_ms;
-        int k = kernel_events(epfd, out, 0, max, slice);
+        struct pollfd p[3] = {{.fd = epfd, .events = POLLIN}};
+        int rc = sov_poll_doze(p, 1, slice, &sig);
+        atomic_fetch_sub(&s->sleepers, 1);
         VipxCQArm(sov_g.cq, VIP_FALSE);
-        if (k != 0)
-            return k; /* kernel events, or -1 (EINTR) */
+        if (rc < 0 && errno == EINTR) {
+            n = -1;
+            break;
+        }
+        /* The set readable: harvest it, even if it should hold only
+         * placeholders (one reporting a hang-up would wake us forever). */
+        after_sleep = rc > 0 && p[0].revents ? ASK_ALWAYS : ASK_IF_ANY;
+        pending = false;
     }
+    if (mask) {
+        int err = errno;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        errno = err;
+    }
+    return n;
+}
+
+/* The kernel's own wait, for a set without carried entries, minus our
+ * placeholders; one of those alone means a carried socket joined the set
+ * meanwhile (its placeholder woke us): wait our way. */
+static int wait_kernel(int epfd, struct epset *s, struct epoll_event *out, int max, int timeout,
+                       const sigset_t *mask, bool pwait)
+{
+    if (timeout != 0) {
+        atomic_fetch_add(&s->sleepers, 1);
+        if (set_active(s)) { /* joined just now: see ctl_carried */
+            atomic_fetch_sub(&s->sleepers, 1);
+            return wait_active(epfd, s, out, max, timeout, mask);
+        }
+    }
+    uint64_t start = sov_now_ns();
+    int k = pwait ? real.epoll_pwait(epfd, out, max, timeout, mask)
+                  : real.epoll_wait(epfd, out, max, timeout);
+    if (timeout != 0)
+        atomic_fetch_sub(&s->sleepers, 1);
+    if (k <= 0)
+        return k;
+    int n = 0;
+    for (int i = 0; i < k; i++)
+        if (!placeholder_tag(out[i].data))
+            out[n++] = out[i];
+    if (n || timeout == 0)
+        return n;
+    if (timeout > 0) {
+        uint64_t waited_ms = (sov_now_ns() - start) / 1000000u;
+        if (waited_ms >= (uint64_t)timeout)
+            return 0;
+        timeout -= (int)waited_ms;
+    }
+    return wait_active(epfd, s, out, max, timeout, mask);
 }
 
 PRELOAD_EXPORT int epoll_wait(int epfd, struct epoll_event *out, int max, int timeout)
 {
     preload_ready();
     struct epset *s = set_of(epfd);
-    if (!s || !s->doorbells)
+    if (!s)
         return real.epoll_wait(epfd, out, max, timeout);
-    if (!out || max <= 0) {
-        errno = EINVAL;
-        return -1;
-    }
-    if (!s->n) { /* no carried entry left: the kernel's, minus the doorbells */
-        uint64_t end = sov_now_ns() + (uint64_t)(timeout > 0 ? timeout : 0) * 1000000u;
-        for (;;) {
-            int left = timeout < 0 ? -1 : (int)((end - sov_now_ns()) / 1000000u);
-            if (timeout >= 0 && sov_now_ns() >= end)
-                left = 0;
-            int k = kernel_events(epfd, out, 0, max, left);
-            if (k != 0 || left == 0)
-                return k;
-        }
-    }
-    return wait_any(epfd, s, out, max, timeout);
+    if (set_active(s))
+        return wait_active(epfd, s, out, max, timeout, NULL);
+    return wait_kernel(epfd, s, out, max, timeout, NULL, false);
 }
 
 PRELOAD_EXPORT int epoll_pwait(int epfd, struct epoll_event *out, int max, int timeout,
@@ -386,42 +745,22 @@ PRELOAD_EXPORT int epoll_pwait(int epfd, struct epoll_event *out, int max, int t
 {
     preload_ready();
     struct epset *s = set_of(epfd);
-    if (!s || !s->doorbells)
+    if (!s)
         return real.epoll_pwait(epfd, out, max, timeout, mask);
-    sigset_t old;
-    if (mask)
-        pthread_sigmask(SIG_SETMASK, mask, &old);
-    int rc = epoll_wait(epfd, out, max, timeout);
-    if (mask) {
-        int err = errno;
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        errno = err;
-    }
-    return rc;
+    if (set_active(s))
+        return wait_active(epfd, s, out, max, timeout, mask);
+    return wait_kernel(epfd, s, out, max, timeout, mask, true);
 }
 
-void epoll_close_fd(int fd)
-{
-    struct epset *s = set_of(fd);
-    if (s) {
-        pthread_mutex_lock(&s->lock);
-        s->n = 0;
-        s->doorbells = false;
-        pthread_mutex_unlock(&s->lock);
-    }
-}
+/* ---- creation --------------------------------------------------------------------- */
 
 /* A new epoll descriptor may reuse the number of one closed behind our
- * back: start it empty. */
+ * back: start it empty, known to hold nothing. */
 static int fresh_set(int epfd)
 {
-    struct epset *s = set_of(epfd);
-    if (s) {
-        pthread_mutex_lock(&s->lock);
-        s->n = 0;
-        s->doorbells = false;
-        pthread_mutex_unlock(&s->lock);
-    }
+    struct epset *s = epfd >= 0 ? set_get(epfd) : NULL;
+    if (s)
+        set_reset(s, true);
     return epfd;
 }
 

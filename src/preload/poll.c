@@ -1,39 +1,54 @@
 /*
  * poll.c - poll, ppoll and select over a mix of carried and kernel
- * descriptors: sets without a carried descriptor go to the kernel as they
- * are; the others through sov_poll (docs/SOCKETS.md, wait modes).
+ * descriptors: sets without a carried descriptor (or an epoll set holding
+ * one) go to the kernel as they are; the others through the sockets
+ * layer's sov_poll (docs/SOCKETS.md, wait modes), which the preload
+ * extends through its hooks (pollwait.h).
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sovia.h>
 
+#include "pollwait.h"
 #include "preload.h"
+#include "waits.h"
+
+static int kernel_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *t,
+                        const sigset_t *mask)
+{
+    preload_ready();
+    return real.ppoll(fds, n, t, mask);
+}
+
+__attribute__((constructor)) static void install_poll_hooks(void)
+{
+    sov_poll_hooks = (struct sov_poll_hooks){
+        .signal_count = preload_signal_count,
+        .kernel_ppoll = kernel_ppoll,
+    };
+}
+
+static bool ours(int fd)
+{
+    return fd >= 0 && (carried(fd) || epoll_active(fd));
+}
 
 static bool any_carried(const struct pollfd *fds, nfds_t n)
 {
     for (nfds_t i = 0; i < n; i++)
-        if (fds[i].fd >= 0 && carried(fds[i].fd))
+        if (ours(fds[i].fd))
             return true;
     return false;
 }
 
-/* The signal mask is swapped around the whole wait, as ppoll does in the
- * kernel; a signal arriving just before the swap waits for the next one. */
+/* The signal mask is the kernel's way: applied for the wait, spinning
+ * included, and a handler that runs meanwhile (or one pending that the
+ * mask unblocks) ends the call with EINTR (sov_poll_masked). */
 int poll_any(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask)
 {
-    sigset_t old;
-    if (mask)
-        pthread_sigmask(SIG_SETMASK, mask, &old);
-    int rc = sov_poll(fds, n, timeout_ms);
-    if (mask) {
-        int err = errno;
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        errno = err;
-    }
-    return rc;
+    return sov_poll_masked(fds, n, timeout_ms, mask);
 }
 
 PRELOAD_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
@@ -117,7 +132,7 @@ static bool sets_carry(int nfds, fd_set *r, fd_set *w, fd_set *e)
 {
     for (int fd = 0; fd < nfds && fd < FD_SETSIZE; fd++)
         if (((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)) || (e && FD_ISSET(fd, e))) &&
-            carried(fd))
+            ours(fd))
             return true;
     return false;
 }

@@ -5,14 +5,19 @@
  * their completed packets. To sleep, sov_poll arms the completion queue and
  * poll(2)s the kernel descriptors together with the CQ's wake-up descriptor
  * and sovia's event descriptor (connection and close threads signal it).
+ * The preload library extends it through hooks (pollwait.h).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "pollwait.h"
 #include "sock.h"
 #include "transparent.h"
+
+struct sov_poll_hooks sov_poll_hooks;
 
 short sov_sock_revents(struct sov_sock *s, short events)
 {
@@ -56,12 +61,26 @@ short sov_sock_revents(struct sov_sock *s, short events)
     return r & (events | POLLERR | POLLHUP | POLLNVAL);
 }
 
+static int kernel_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *t,
+                        const sigset_t *mask)
+{
+    return sov_poll_hooks.kernel_ppoll ? sov_poll_hooks.kernel_ppoll(fds, n, t, mask)
+                                       : ppoll(fds, n, t, mask);
+}
+
+/* The kernel descriptors' readiness now. */
+static int kernel_now(struct pollfd *fds, nfds_t n)
+{
+    static const struct timespec zero = {0, 0};
+    return kernel_ppoll(fds, n, &zero, NULL);
+}
+
 /* One pass over every entry; returns the number ready. Kernel descriptors
  * are polled with a zero timeout only when `kernel` is set. */
 static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, nfds_t *nk,
                 nfds_t *kmap, bool *tentative)
 {
-    int ready = 0;
+    short (*user)(int, short) = __atomic_load_n(&sov_poll_hooks.user_revents, __ATOMIC_ACQUIRE);
     *nk = 0;
     for (nfds_t i = 0; i < n; i++) {
         fds[i].revents = 0;
@@ -83,35 +102,77 @@ static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, 
                 }
                 fds[i].revents = sov_sock_revents(s, fds[i].events);
                 sov_unlock(&s->lock);
-                ready += fds[i].revents != 0;
                 continue;
             }
             sov_unlock(&s->lock);
         }
     kernel:
+        if (user) /* e.g. an epoll set's carried entries; its kernel ones below */
+            fds[i].revents = user(fds[i].fd, fds[i].events);
         kfds[*nk] = (struct pollfd){.fd = fds[i].fd, .events = fds[i].events};
         kmap[(*nk)++] = i;
     }
-    if (kernel && *nk && poll(kfds, *nk, 0) > 0)
+    if (kernel && *nk && kernel_now(kfds, *nk) > 0)
         for (nfds_t k = 0; k < *nk; k++)
-            if (kfds[k].revents) {
-                fds[kmap[k]].revents = kfds[k].revents;
-                ready++;
-            }
+            fds[kmap[k]].revents |= kfds[k].revents;
+    int ready = 0;
+    for (nfds_t i = 0; i < n; i++)
+        ready += fds[i].revents != 0;
     return ready;
 }
 
+/* Without sov_g.lock: every wait asks, and a signal handler that longjmps
+ * out of a wait (iperf3 on Ctrl-C) must not leave that lock held (the
+ * program's exit then needs it). The two fields are read atomically; one
+ * from before a concurrent sov_set_config is as good as a locked read. */
 uint64_t sov_poll_spin_ns(void)
 {
-    pthread_mutex_lock(&sov_g.lock);
-    uint64_t ns = sov_g.cfg.wait_mode == SOV_WAIT_BLOCK  ? 0
-                  : sov_g.cfg.wait_mode == SOV_WAIT_POLL ? UINT64_MAX
-                                                         : (uint64_t)sov_g.cfg.spin_us * 1000;
-    pthread_mutex_unlock(&sov_g.lock);
-    return ns;
+    enum sov_wait_mode mode = __atomic_load_n(&sov_g.cfg.wait_mode, __ATOMIC_RELAXED);
+    unsigned spin_us = __atomic_load_n(&sov_g.cfg.spin_us, __ATOMIC_RELAXED);
+    return mode == SOV_WAIT_BLOCK ? 0 : mode == SOV_WAIT_POLL ? UINT64_MAX : (uint64_t)spin_us * 1000;
+}
+
+int sov_poll_doze(struct pollfd *kfds, nfds_t nk, int ms, const struct sov_sigwatch *w)
+{
+    kfds[nk] = (struct pollfd){.fd = sov_g.cq_fd, .events = POLLIN};
+    kfds[nk + 1] = (struct pollfd){.fd = sov_g.event_fd, .events = POLLIN};
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    const struct timespec *t = ms < 0 ? NULL : &ts;
+    int rc;
+    if (w->count) {
+        /* A handler that runs between the caller's last look and the sleep
+         * would leave it asleep: signals stay blocked until ppoll restores
+         * the mask atomically. */
+        sigset_t all, mask;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &mask);
+        if (sov_sigwatch_fired(w)) {
+            rc = -1;
+            errno = EINTR;
+        } else {
+            rc = kernel_ppoll(kfds, nk + 2, t, &mask);
+        }
+        int err = errno;
+        pthread_sigmask(SIG_SETMASK, &mask, NULL);
+        errno = err;
+    } else {
+        rc = kernel_ppoll(kfds, nk + 2, t, NULL);
+    }
+    if (rc > 0 && kfds[nk + 1].revents) {
+        uint64_t v;
+        if (read(sov_g.event_fd, &v, sizeof(v)) < 0) {
+            /* already drained by another poller */
+        }
+    }
+    return rc;
 }
 
 SOV_EXPORT int sov_poll(struct pollfd *fds, nfds_t nfds, int timeout)
+{
+    return sov_poll_masked(fds, nfds, timeout, NULL);
+}
+
+int sov_poll_masked(struct pollfd *fds, nfds_t nfds, int timeout, const sigset_t *mask)
 {
     int err = sov_init();
     if (err) {
@@ -135,14 +196,30 @@ SOV_EXPORT int sov_poll(struct pollfd *fds, nfds_t nfds, int timeout)
         errno = ENOMEM;
         return -1;
     }
+    struct sov_sigwatch sig = sov_sigwatch_start();
     uint64_t start = sov_now_ns(), spin_ns = sov_poll_spin_ns();
     nfds_t nk;
     int ready;
     bool tentative = false; /* a sovia run client awaits pairing: sleep briefly */
+    bool masked = false;
+    sigset_t old;
     for (unsigned round = 0;; round++) {
-        /* While spinning, ask the kernel only every 16th round (a syscall). */
+        /* The kernel is asked in the first round, so one call reports all
+         * that was ready when it began; while spinning, only every 16th
+         * round (a system call). */
         ready = scan(fds, nfds, round % 16 == 0, kfds, &nk, kmap, &tentative);
-        if (ready || timeout == 0)
+        if (ready)
+            break;
+        if (mask && !masked) { /* nothing ready: from now on the call's mask */
+            pthread_sigmask(SIG_SETMASK, mask, &old);
+            masked = true;
+        }
+        if (sov_sigwatch_fired(&sig)) { /* a handler ran: as the kernel */
+            ready = -1;
+            errno = EINTR;
+            break;
+        }
+        if (timeout == 0)
             break;
         uint64_t now = sov_now_ns();
         long left_ms = timeout < 0 ? -1 : timeout - (long)((now - start) / 1000000);
@@ -160,30 +237,29 @@ SOV_EXPORT int sov_poll(struct pollfd *fds, nfds_t nfds, int timeout)
             VipxCQArm(sov_g.cq, VIP_FALSE);
             break;
         }
-        kfds[nk] = (struct pollfd){.fd = sov_g.cq_fd, .events = POLLIN};
-        kfds[nk + 1] = (struct pollfd){.fd = sov_g.event_fd, .events = POLLIN};
         int max_slice = tentative ? 2 : 20;
         int slice = left_ms < 0 || left_ms > max_slice ? max_slice : (int)left_ms;
-        int rc = poll(kfds, nk + 2, slice);
+        int rc = sov_poll_doze(kfds, nk, slice, &sig);
         VipxCQArm(sov_g.cq, VIP_FALSE);
         if (rc < 0 && errno == EINTR) {
-            if (heap) {
-                free(kfds);
-                free(kmap);
-            }
-            errno = EINTR;
-            return -1;
+            ready = -1;
+            break;
         }
-        if (rc > 0 && kfds[nk + 1].revents) {
-            uint64_t v;
-            if (read(sov_g.event_fd, &v, sizeof(v)) < 0) {
-                /* already drained by another poller */
-            }
+    }
+    int saved = errno;
+    if (masked) {
+        /* A handler ran under the call's mask: the kernel would have failed
+         * the call rather than report what became ready after. */
+        if (ready > 0 && sov_sigwatch_fired(&sig)) {
+            ready = -1;
+            saved = EINTR;
         }
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
     if (heap) {
         free(kfds);
         free(kmap);
     }
+    errno = saved;
     return ready;
 }

@@ -2,18 +2,24 @@
  * epoll.c - epoll over a carried socket (and a pipe in the same set):
  * epoll_create/epoll_create1, epoll_ctl ADD/MOD/DEL and their errors,
  * epoll_wait/epoll_pwait level- and edge-triggered, EPOLLRDHUP,
- * EPOLLONESHOT, an epoll set nested in another.
+ * EPOLLONESHOT, an epoll set nested in another, fairness between carried
+ * and kernel entries, poll/select on an epoll set, and signals (a pending
+ * one unblocked by epoll_pwait's mask, one arriving during a wait, while
+ * sleeping and while spinning).
  */
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "pharness.h"
+#include "pkick.h"
 
 #define TAG_SOCK 0x50c4ull
 #define TAG_PIPE 0x919eull
@@ -138,15 +144,60 @@ static void ctl_client(struct p_role *r)
     SYS(close(fd));
 }
 
-/* epoll_ctl on a descriptor that is not an epoll set: EINVAL. */
+/* epoll_ctl with a carried socket: every error as the kernel gives it. */
 static void not_epoll_client(struct p_role *r)
 {
     int fd = p_connect(r->port);
     int other = p_connect(r->port);
     int pp[2];
     SYS(pipe(pp));
+    /* not an epoll set: a pipe, a carried socket, a regular file */
     CHECK_ERR(add(pp[0], fd, EPOLLIN, 1), EINVAL);
     CHECK_ERR(add(other, fd, EPOLLIN, 1), EINVAL);
+    CHECK_ERR(mod(other, fd, EPOLLIN, 1), EINVAL);
+    CHECK_ERR(epoll_ctl(other, EPOLL_CTL_DEL, fd, NULL), EINVAL);
+    int file = p_temp_file(16, 1);
+    CHECK_ERR(add(file, fd, EPOLLIN, 1), EINVAL);
+    /* a closed descriptor as the set */
+    int ep = (int)SYS(epoll_create1(0));
+    int closed = (int)SYS(dup(ep));
+    SYS(close(closed));
+    CHECK_ERR(add(closed, fd, EPOLLIN, 1), EBADF);
+    CHECK_ERR(epoll_ctl(closed, EPOLL_CTL_DEL, fd, NULL), EBADF);
+    /* no event where one is needed (the kernel checks that first) */
+    CHECK_ERR(epoll_ctl(ep, EPOLL_CTL_ADD, fd, NULL), EFAULT);
+    CHECK_ERR(epoll_ctl(closed, EPOLL_CTL_ADD, fd, NULL), EFAULT);
+    /* a regular file cannot be polled: EPERM, in a set holding a carried socket */
+    SYS(add(ep, fd, EPOLLIN, TAG_SOCK));
+    CHECK_ERR(add(ep, file, EPOLLIN, TAG_PIPE), EPERM);
+    /* EEXIST and ENOENT per set; the set itself */
+    CHECK_ERR(add(ep, fd, EPOLLOUT, TAG_SOCK), EEXIST);
+    CHECK_ERR(mod(ep, other, EPOLLIN, TAG_SOCK), ENOENT);
+    CHECK_ERR(epoll_ctl(ep, EPOLL_CTL_DEL, other, NULL), ENOENT);
+    CHECK_ERR(add(ep, ep, EPOLLIN, 1), EINVAL);
+    /* EPOLLEXCLUSIVE: not with EPOLLONESHOT, never in MOD */
+    CHECK_ERR(add(ep, other, EPOLLIN | EPOLLEXCLUSIVE | EPOLLONESHOT, TAG_PIPE), EINVAL);
+    CHECK_ERR(mod(ep, fd, EPOLLIN | EPOLLEXCLUSIVE, TAG_SOCK), EINVAL);
+    SYS(add(ep, other, EPOLLOUT | EPOLLEXCLUSIVE, TAG_PIPE));
+    CHECK_ERR(mod(ep, other, EPOLLOUT, TAG_PIPE), EINVAL);
+    CHECK_ERR(epoll_ctl(ep, 99, fd, &(struct epoll_event){.events = EPOLLIN}), EINVAL);
+    /* cycles of nested sets, each holding a carried socket: ELOOP */
+    int ep2 = (int)SYS(epoll_create1(0));
+    SYS(add(ep2, fd, EPOLLIN, TAG_SOCK));
+    SYS(add(ep, ep2, EPOLLIN, TAG_INNER));
+    CHECK_ERR(add(ep2, ep, EPOLLIN, TAG_INNER), ELOOP);
+    int ep3 = (int)SYS(epoll_create1(0));
+    SYS(add(ep3, ep, EPOLLIN, TAG_INNER));
+    CHECK_ERR(add(ep2, ep3, EPOLLIN, TAG_INNER), ELOOP);
+    /* after all that, the set still reports its entries, each once */
+    SYS(epoll_ctl(ep, EPOLL_CTL_DEL, ep2, NULL));
+    SYS(mod(ep, fd, EPOLLOUT, TAG_SOCK));
+    struct seen w = wait_all(ep, 10000, false);
+    CHECK_EQ(w.sock, EPOLLOUT);
+    SYS(close(ep3));
+    SYS(close(ep2));
+    SYS(close(ep));
+    SYS(close(file));
     SYS(close(pp[0]));
     SYS(close(pp[1]));
     p_barrier(r);
@@ -246,18 +297,17 @@ static void level_pwait(struct p_role *r)
     level_client(r);
 }
 
-/* Level-triggered: one epoll_wait reports every ready entry, the carried
- * socket and the pipe together. */
-static void all_ready_client(struct p_role *r)
+/* A set with the carried socket and the pipe, both made ready (once poll
+ * says so). */
+static void both_ready(struct p_role *r, int *fd, int *ep)
 {
-    int fd = p_connect(r->port);
-    int ep = (int)SYS(epoll_create1(0));
-    SYS(add(ep, fd, EPOLLIN, TAG_SOCK));
-    SYS(add(ep, r->from_peer, EPOLLIN, TAG_PIPE));
+    *fd = p_connect(r->port);
+    *ep = (int)SYS(epoll_create1(0));
+    SYS(add(*ep, *fd, EPOLLIN, TAG_SOCK));
+    SYS(add(*ep, r->from_peer, EPOLLIN, TAG_PIPE));
     p_put_int(r, 1);
     p_put_int(r, 2);
-    /* both are ready once poll says so */
-    struct pollfd pf[2] = {{.fd = fd, .events = POLLIN}, {.fd = r->from_peer, .events = POLLIN}};
+    struct pollfd pf[2] = {{.fd = *fd, .events = POLLIN}, {.fd = r->from_peer, .events = POLLIN}};
     for (int i = 0; i < 20000; i++) {
         CHECK(poll(pf, 2, 10000) >= 1);
         if ((pf[0].revents & POLLIN) && (pf[1].revents & POLLIN))
@@ -265,17 +315,97 @@ static void all_ready_client(struct p_role *r)
         p_sleep_ms(1);
     }
     CHECK((pf[0].revents & POLLIN) && (pf[1].revents & POLLIN));
+}
+
+/* Reads both, ends the case. */
+static void both_done(struct p_role *r, int fd, int ep)
+{
+    char buf[10];
+    p_read_all(fd, buf, 10);
+    CHECK_EQ(p_get_int(r), 77);
+    p_put_int(r, 0);
+    SYS(close(ep));
+    SYS(close(fd));
+}
+
+/* Level-triggered: one epoll_wait reports every ready entry, the carried
+ * socket and the pipe together. */
+static void all_ready_client(struct p_role *r)
+{
+    int fd, ep;
+    both_ready(r, &fd, &ep);
     for (int i = 0; i < 5; i++) {
         struct seen w = wait_all(ep, 0, false);
         if (w.n != 2 || w.sock != EPOLLIN || w.pipe != EPOLLIN)
             FAILF("call %d: epoll_wait with a ready carried socket and a ready pipe: %d events "
                   "(socket 0x%x, pipe 0x%x), want both", i, w.n, w.sock, w.pipe);
     }
+    both_done(r, fd, ep);
+}
+
+/* Level-triggered, one event per call: the carried socket and the pipe,
+ * both ready, take turns (the kernel moves a reported entry to the back). */
+static void turns_client(struct p_role *r)
+{
+    int fd, ep;
+    both_ready(r, &fd, &ep);
+    uint64_t prev = 0;
+    for (int i = 0; i < 8; i++) {
+        struct epoll_event ev;
+        CHECK_EQ(epoll_wait(ep, &ev, 1, 0), 1);
+        CHECK_EQ(ev.events, EPOLLIN);
+        CHECK(ev.data.u64 == TAG_SOCK || ev.data.u64 == TAG_PIPE);
+        if (ev.data.u64 == prev)
+            FAILF("call %d: epoll_wait(max 1) reported tag 0x%llx twice in a row while the "
+                  "other entry was ready too", i, (unsigned long long)prev);
+        prev = ev.data.u64;
+    }
+    both_done(r, fd, ep);
+}
+
+/* Another thread asleep in epoll_wait on a set without a carried socket
+ * wakes when one that has data joins the set (as for a kernel socket). */
+struct waiter {
+    int ep;
+    int rc;
+    struct epoll_event ev;
+    pthread_t t;
+};
+
+static void *wait_thread(void *arg)
+{
+    struct waiter *w = arg;
+    w->rc = epoll_wait(w->ep, &w->ev, 1, 10000);
+    return NULL;
+}
+
+static void added_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    int pp[2];
+    SYS(pipe(pp));
+    int ep = (int)SYS(epoll_create1(0));
+    SYS(add(ep, pp[0], EPOLLIN, TAG_PIPE));
+    p_put_int(r, 1);
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    CHECK_EQ(poll(&pf, 1, 10000), 1); /* the data is there */
+    struct waiter w = {.ep = ep};
+    CHECK_EQ(pthread_create(&w.t, NULL, wait_thread, &w), 0);
+    p_sleep_ms(100); /* asleep by now */
+    double t0 = p_now_ms();
+    SYS(add(ep, fd, EPOLLIN, TAG_SOCK));
+    CHECK_EQ(pthread_join(w.t, NULL), 0);
+    double took = p_now_ms() - t0;
+    if (w.rc != 1 || w.ev.data.u64 != TAG_SOCK || w.ev.events != EPOLLIN)
+        FAILF("epoll_wait asleep while a readable carried socket joined the set: %d, tag 0x%llx "
+              "events 0x%x after %.0f ms; want 1, the socket, EPOLLIN", w.rc,
+              (unsigned long long)w.ev.data.u64, w.ev.events, took);
     char buf[10];
     p_read_all(fd, buf, 10);
-    CHECK_EQ(p_get_int(r), 77);
     p_put_int(r, 0);
     SYS(close(ep));
+    SYS(close(pp[0]));
+    SYS(close(pp[1]));
     SYS(close(fd));
 }
 
@@ -437,7 +567,90 @@ static void nested_quiet_client(struct p_role *r)
 
 static void nested_late_client(struct p_role *r)
 {
+    check_quiet_outer = true;
     nested_run(r, false);
+}
+
+/* An inner set with a carried socket and a pipe of its own: the outer set
+ * reports it once per call, whichever part is ready, and not otherwise. */
+static void nested_parts_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    int pp[2];
+    SYS(pipe(pp));
+    int inner = (int)SYS(epoll_create1(0));
+    int outer = (int)SYS(epoll_create1(0));
+    SYS(add(outer, inner, EPOLLIN, TAG_INNER));
+    SYS(add(inner, fd, EPOLLIN, TAG_SOCK));
+    SYS(add(inner, pp[0], EPOLLIN, TAG_PIPE));
+    int n;
+    CHECK_EQ(wait_tag(outer, 50, TAG_INNER, &n, false), 0);
+    CHECK_EQ(n, 0);
+    /* the pipe only (the kernel's part) */
+    SYS(write(pp[1], "p", 1));
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(wait_tag(outer, 10000, TAG_INNER, &n, false), EPOLLIN);
+        CHECK_EQ(n, 1);
+    }
+    /* both */
+    p_put_int(r, 1);
+    for (int i = 0; i < 10000 && wait_tag(inner, 0, TAG_SOCK, NULL, false) != EPOLLIN; i++)
+        p_sleep_ms(1);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(wait_tag(outer, 10000, TAG_INNER, &n, false), EPOLLIN);
+        CHECK_EQ(n, 1);
+    }
+    /* the socket only (ours) */
+    char c;
+    CHECK_EQ(read(pp[0], &c, 1), 1);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(wait_tag(outer, 10000, TAG_INNER, &n, false), EPOLLIN);
+        CHECK_EQ(n, 1);
+    }
+    char buf[10];
+    p_read_all(fd, buf, 10);
+    CHECK_EQ(wait_tag(outer, 50, TAG_INNER, &n, false), 0);
+    CHECK_EQ(n, 0);
+    p_put_int(r, 0);
+    SYS(close(outer));
+    SYS(close(inner));
+    SYS(close(pp[0]));
+    SYS(close(pp[1]));
+    SYS(close(fd));
+}
+
+/* A nested set closed behind the library's back (the raw system call) and
+ * its number reused by a new set that nests the old outer one: what the
+ * library remembers now forms a cycle; waits must neither hang nor fail. */
+static void stale_cycle_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    int outer = (int)SYS(epoll_create1(0));
+    int inner = (int)SYS(epoll_create1(0));
+    SYS(add(outer, inner, EPOLLIN, TAG_INNER));
+    SYS(add(outer, r->from_peer, EPOLLIN, TAG_PIPE));
+    SYS(syscall(SYS_close, inner));
+    int again = (int)SYS(epoll_create1(0));
+    CHECK_EQ(again, inner);
+    SYS(add(again, fd, EPOLLIN, TAG_SOCK));
+    SYS(add(again, outer, EPOLLIN, TAG_INNER)); /* no cycle for the kernel */
+    int n;
+    CHECK_EQ(wait_tag(again, 0, TAG_SOCK, &n, false), 0);
+    CHECK(wait_all(outer, 20, false).pipe == 0);
+    p_put_int(r, 1);
+    CHECK_EQ(wait_tag(again, 10000, TAG_SOCK, NULL, false), EPOLLIN);
+    CHECK(wait_all(outer, 20, false).pipe == 0); /* (the stale entry may say TAG_INNER) */
+    struct pollfd p = {.fd = outer, .events = POLLIN};
+    CHECK(poll(&p, 1, 0) >= 0);
+    char buf[10];
+    p_read_all(fd, buf, 10);
+    p_put_int(r, 2);
+    CHECK_EQ(wait_tag(outer, 10000, TAG_PIPE, NULL, false), EPOLLIN);
+    CHECK_EQ(p_get_int(r), 77);
+    p_put_int(r, 0);
+    SYS(close(again));
+    SYS(close(outer));
+    SYS(close(fd));
 }
 
 /* poll() on an epoll set holding a carried socket with data: POLLIN. */
@@ -459,12 +672,29 @@ static void poll_epfd_client(struct p_role *r)
     FD_SET(ep, &rs);
     struct timeval tv = {5, 0};
     CHECK_EQ(select(ep + 1, &rs, NULL, NULL, &tv), 1);
+    CHECK(FD_ISSET(ep, &rs));
+    /* a set nesting it too */
+    int outer = (int)SYS(epoll_create1(0));
+    SYS(add(outer, ep, EPOLLIN, TAG_INNER));
+    struct pollfd po = {.fd = outer, .events = POLLIN};
+    CHECK_EQ(poll(&po, 1, 5000), 1);
+    CHECK_EQ(po.revents, POLLIN);
+    /* drained: quiet again */
+    char buf[10];
+    p_read_all(fd, buf, 10);
+    CHECK_EQ(poll(&p, 1, 50), 0);
+    CHECK_EQ(poll(&po, 1, 0), 0);
+    FD_ZERO(&rs);
+    FD_SET(ep, &rs);
+    tv = (struct timeval){0, 0};
+    CHECK_EQ(select(ep + 1, &rs, NULL, NULL, &tv), 0);
     p_put_int(r, 0);
+    SYS(close(outer));
     SYS(close(ep));
     SYS(close(fd));
 }
 
-/* ---- epoll_pwait and a pending signal -------------------------------------------- */
+/* ---- signals ------------------------------------------------------------------------ */
 
 static volatile sig_atomic_t usr1;
 
@@ -474,14 +704,35 @@ static void on_usr1(int sig)
     usr1++;
 }
 
+static void handle_usr1(int flags)
+{
+    struct sigaction sa = {.sa_handler = on_usr1, .sa_flags = flags};
+    sigemptyset(&sa.sa_mask);
+    SYS(sigaction(SIGUSR1, &sa, NULL));
+    struct sigaction back;
+    SYS(sigaction(SIGUSR1, NULL, &back)); /* reported as set */
+    CHECK(back.sa_handler == on_usr1);
+    CHECK_EQ(back.sa_flags & (SA_RESTART | SA_SIGINFO), flags & (SA_RESTART | SA_SIGINFO));
+}
+
+/* The socket still carries data after the waits (and gets paired for the
+ * stat record). */
+static void still_works(struct p_role *r, int fd, int ep)
+{
+    p_put_int(r, 1);
+    CHECK_EQ(wait_tag(ep, 10000, TAG_SOCK, NULL, false), EPOLLIN);
+    char buf[10];
+    p_read_all(fd, buf, 10);
+    CHECK(memcmp(buf, "0123456789", 10) == 0);
+    p_put_int(r, 0);
+}
+
 static void pwait_signal_client(struct p_role *r)
 {
     int fd = p_connect(r->port);
     int ep = (int)SYS(epoll_create1(0));
     SYS(add(ep, fd, EPOLLIN, TAG_SOCK));
-    struct sigaction sa = {.sa_handler = on_usr1};
-    sigemptyset(&sa.sa_mask);
-    SYS(sigaction(SIGUSR1, &sa, NULL));
+    handle_usr1(0);
     sigset_t block, empty;
     sigemptyset(&block);
     sigaddset(&block, SIGUSR1);
@@ -496,41 +747,94 @@ static void pwait_signal_client(struct p_role *r)
         FAILF("epoll_pwait with a pending unblocked signal: %d (errno %s) after %.0f ms, "
               "want EINTR", rc, p_errname(e), p_now_ms() - t0);
     CHECK_EQ(usr1, 1);
-    p_put_int(r, 0);
+    /* the mask is back: SIGUSR1 blocked again, and stays pending when raised */
+    sigset_t now;
+    SYS(sigprocmask(SIG_BLOCK, NULL, &now));
+    CHECK(sigismember(&now, SIGUSR1));
+    raise(SIGUSR1);
+    CHECK_EQ(epoll_pwait(ep, &ev, 1, 50, &block), 0); /* the mask keeps it blocked */
+    CHECK_EQ(usr1, 1);
+    /* a call that does not wait is not interrupted (poll's would be) */
+    CHECK_EQ(epoll_pwait(ep, &ev, 1, 0, &empty), 0);
+    CHECK_EQ(usr1, 1);
+    sigset_t pending;
+    SYS(sigpending(&pending));
+    CHECK(sigismember(&pending, SIGUSR1));
+    CHECK_ERR(epoll_pwait(ep, &ev, 1, 5000, &empty), EINTR);
+    CHECK_EQ(usr1, 2);
+    SYS(sigprocmask(SIG_UNBLOCK, &block, NULL));
+    still_works(r, fd, ep);
     SYS(close(ep));
     SYS(close(fd));
+}
+
+/* A handler that runs while epoll_wait / epoll_pwait wait on a carried
+ * socket and a pipe ends them with EINTR, SA_RESTART or not (the kernel
+ * never restarts them). */
+static void signal_wait_run(struct p_role *r, bool spin)
+{
+    if (spin) /* the wait mode that never sleeps: the signal meets a spinning wait */
+        setenv("SOVIA_WAIT", "poll", 1);
+    int fd = p_connect(r->port);
+    int ep = (int)SYS(epoll_create1(0));
+    SYS(add(ep, fd, EPOLLIN, TAG_SOCK));
+    SYS(add(ep, r->from_peer, EPOLLIN, TAG_PIPE));
+    CHECK_EQ(wait_tag(ep, 0, TAG_SOCK, NULL, false), 0);
+    for (int i = 0; i < 4; i++) {
+        bool pwait = i & 1;
+        handle_usr1(i & 2 ? SA_RESTART : 0);
+        usr1 = 0;
+        struct kicker k;
+        kick_me(&k, SIGUSR1, 100);
+        struct epoll_event evs[4];
+        double t0 = p_now_ms(), c0 = thread_cpu_ms();
+        int rc = pwait ? epoll_pwait(ep, evs, 4, 10000, NULL) : epoll_wait(ep, evs, 4, 10000);
+        int e = errno;
+        double took = p_now_ms() - t0, cpu = thread_cpu_ms() - c0;
+        kick_join(&k);
+        if (rc != -1 || e != EINTR || usr1 != 1)
+            FAILF("%s%s: a signal after 100 ms: %d (errno %s) after %.0f ms, handler ran %d "
+                  "times; want EINTR, once", pwait ? "epoll_pwait" : "epoll_wait",
+                  i & 2 ? " (SA_RESTART)" : "", rc, p_errname(e), took, (int)usr1);
+        p_log("%s: EINTR after %.0f ms (%.0f ms of CPU)", pwait ? "epoll_pwait" : "epoll_wait",
+              took, cpu);
+    }
+    still_works(r, fd, ep);
+    SYS(close(ep));
+    SYS(close(fd));
+}
+
+static void signal_wait_client(struct p_role *r)
+{
+    signal_wait_run(r, false);
+}
+
+static void signal_spin_client(struct p_role *r)
+{
+    signal_wait_run(r, true);
 }
 
 int main(void)
 {
     p_init("epoll");
     p_case("ctl_errors", quiet_server, ctl_client, P_CARRIED);
-    p_case_known_bug("ctl_not_an_epoll_fd", quiet_server, not_epoll_client, P_CARRIED,
-                     "BUG preload/epoll-ctl-errno: epoll_ctl(not-an-epoll-fd, ADD, carried "
-                     "socket) fails with ENOMEM; the kernel says EINVAL");
+    p_case("ctl_not_an_epoll_fd", quiet_server, not_epoll_client, P_CARRIED);
     p_case("level_epoll_wait", feeder_server, level_wait, P_CARRIED);
     p_case("level_epoll_pwait", feeder_server, level_pwait, P_CARRIED);
-    p_case_known_bug("level_all_ready_in_one_wait", feeder_server, all_ready_client, P_CARRIED,
-                     "BUG preload/epoll-kernel-starved: while a carried entry is ready, "
-                     "epoll_wait asks the kernel set only every 64th call, so a ready pipe in "
-                     "the same set is missing from 63 of 64 results");
+    p_case("level_all_ready_in_one_wait", feeder_server, all_ready_client, P_CARRIED);
+    p_case("level_one_event_turns", feeder_server, turns_client, P_CARRIED);
+    p_case("added_while_waiting", feeder_server, added_client, P_CARRIED);
     p_case("edge", feeder_server, edge_client, P_CARRIED);
     p_case("rdhup", feeder_server, rdhup_client, P_CARRIED);
     p_case("oneshot", feeder_server, oneshot_client, P_CARRIED);
     p_case("nested", feeder_server, nested_client, P_CARRIED);
-    p_case_known_bug("nested_no_spurious_wakeup", feeder_server, nested_quiet_client, P_CARRIED,
-                     "BUG preload/epoll-nested-spurious: epoll_wait on an outer set reports "
-                     "the nested inner set readable while the inner set has nothing ready "
-                     "(before any data, or after the socket was drained; often under load)");
-    p_case_known_bug("nested_socket_added_late", feeder_server, nested_late_client, P_CARRIED,
-                     "BUG preload/epoll-nested-late: an epoll set added to another set before "
-                     "a carried socket joined it never reports the socket's readiness to the "
-                     "outer set (epoll_wait(outer) times out)");
-    p_case_known_bug("poll_on_epoll_fd", feeder_server, poll_epfd_client, P_CARRIED,
-                     "BUG preload/poll-epoll-fd: poll()/select() on an epoll descriptor whose "
-                     "carried socket is ready never report POLLIN");
-    p_case_known_bug("pwait_pending_signal", feeder_server, pwait_signal_client, P_CARRIED,
-                     "BUG preload/ppoll-sigmask: epoll_pwait with a mask that unblocks a "
-                     "pending signal sleeps its whole timeout and returns 0 instead of EINTR");
+    p_case("nested_no_spurious_wakeup", feeder_server, nested_quiet_client, P_CARRIED);
+    p_case("nested_socket_added_late", feeder_server, nested_late_client, P_CARRIED);
+    p_case("nested_kernel_and_carried_parts", feeder_server, nested_parts_client, P_CARRIED);
+    p_case("nested_stale_cycle", feeder_server, stale_cycle_client, P_CARRIED);
+    p_case("poll_on_epoll_fd", feeder_server, poll_epfd_client, P_CARRIED);
+    p_case("pwait_pending_signal", feeder_server, pwait_signal_client, P_CARRIED);
+    p_case("signal_during_wait", feeder_server, signal_wait_client, P_CARRIED);
+    p_case("signal_during_spinning_wait", feeder_server, signal_spin_client, P_CARRIED);
     return p_done();
 }

@@ -2,7 +2,8 @@
  * poll.c - poll, ppoll, select and pselect over a carried socket mixed with
  * a pipe: readiness for reading and writing, zero and 50 ms timeouts,
  * end of stream (POLLRDHUP, then POLLHUP once both sides are shut),
- * POLLNVAL, and the signal mask of ppoll/pselect.
+ * POLLNVAL, the signal mask of ppoll/pselect, and signals arriving during
+ * a wait (sleeping, and spinning in the wait mode that never sleeps).
  */
 #include <fcntl.h>
 #include <poll.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "pharness.h"
+#include "pkick.h"
 
 enum api { API_POLL, API_PPOLL, API_SELECT, API_PSELECT };
 static enum api api;
@@ -310,8 +312,119 @@ static void sigmask_client(struct p_role *r)
     sigset_t now;
     SYS(sigprocmask(SIG_BLOCK, NULL, &now));
     CHECK(sigismember(&now, SIGUSR1));
+    /* a zero timeout too (unlike epoll_pwait, poll and select fail then) */
+    raise(SIGUSR1);
+    struct timespec zero = {0, 0};
+    CHECK_ERR(ppoll(&p, 1, &zero, &empty), EINTR);
+    CHECK_EQ(usr1, 3);
+    raise(SIGUSR1);
+    FD_ZERO(&rs);
+    FD_SET(fd, &rs);
+    CHECK_ERR(pselect(fd + 1, &rs, NULL, NULL, &zero, &empty), EINTR);
+    CHECK_EQ(usr1, 4);
+    /* a mask that keeps it blocked: a plain timeout, the signal still pending */
+    raise(SIGUSR1);
+    struct timespec brief = {0, 50000000L};
+    CHECK_EQ(ppoll(&p, 1, &brief, &block), 0);
+    CHECK_EQ(usr1, 4);
+    sigset_t pending;
+    SYS(sigpending(&pending));
+    CHECK(sigismember(&pending, SIGUSR1));
+    /* ready at once: the descriptors win, the signal stays pending */
+    struct pollfd out = {.fd = fd, .events = POLLOUT};
+    CHECK_EQ(poll(&out, 1, 10000), 1); /* writable (paired) first; SIGUSR1 still blocked */
+    CHECK_EQ(ppoll(&out, 1, &ts, &empty), 1);
+    CHECK_EQ(out.revents, POLLOUT);
+    CHECK_EQ(usr1, 4);
+    SYS(sigprocmask(SIG_UNBLOCK, &block, NULL)); /* delivered now */
+    CHECK_EQ(usr1, 5);
     p_barrier(r);
     SYS(close(fd));
+}
+
+/* ---- a signal during a wait --------------------------------------------------------- */
+
+static void data_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    CHECK_EQ(p_get_int(r), 1);
+    p_write_all(fd, "after", 5);
+    CHECK_EQ(p_get_int(r), 2);
+    SYS(close(fd));
+}
+
+static const char *const api_names[] = {"poll", "ppoll", "select", "pselect"};
+
+/* A handler that runs while poll, ppoll, select or pselect (no mask) wait on
+ * a carried socket and a pipe ends them with EINTR, SA_RESTART or not (the
+ * kernel never restarts them). */
+static void signal_wait_run(struct p_role *r, bool spin)
+{
+    if (spin) /* the wait mode that never sleeps: the signal meets a spinning wait */
+        setenv("SOVIA_WAIT", "poll", 1);
+    int fd = p_connect(r->port);
+    CHECK_EQ(wait_for(fd, r->from_peer, S_IN | P_IN, 0), 0);
+    for (int i = 0; i < 8; i++) {
+        api = (enum api)(i % 4);
+        bool restart = i >= 4;
+        struct sigaction sa = {.sa_handler = on_usr1, .sa_flags = restart ? SA_RESTART : 0};
+        sigemptyset(&sa.sa_mask);
+        SYS(sigaction(SIGUSR1, &sa, NULL));
+        usr1 = 0;
+        struct kicker k;
+        kick_me(&k, SIGUSR1, 100);
+        double t0 = p_now_ms(), c0 = thread_cpu_ms();
+        int rc, nfds = (fd > r->from_peer ? fd : r->from_peer) + 1;
+        struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = r->from_peer, .events = POLLIN}};
+        struct timespec ts = {10, 0};
+        struct timeval tv = {10, 0};
+        fd_set rs;
+        FD_ZERO(&rs);
+        FD_SET(fd, &rs);
+        FD_SET(r->from_peer, &rs);
+        switch (api) {
+        case API_POLL:
+            rc = poll(p, 2, 10000);
+            break;
+        case API_PPOLL:
+            rc = ppoll(p, 2, &ts, NULL);
+            break;
+        case API_SELECT:
+            rc = select(nfds, &rs, NULL, NULL, &tv);
+            break;
+        default:
+            rc = pselect(nfds, &rs, NULL, NULL, &ts, NULL);
+            break;
+        }
+        int e = errno;
+        double took = p_now_ms() - t0, cpu = thread_cpu_ms() - c0;
+        kick_join(&k);
+        if (rc != -1 || e != EINTR || usr1 != 1)
+            FAILF("%s%s: a signal after 100 ms: %d (errno %s) after %.0f ms, handler ran %d "
+                  "times; want EINTR, once", api_names[api], restart ? " (SA_RESTART)" : "", rc,
+                  p_errname(e), took, (int)usr1);
+        p_log("%s%s: EINTR after %.0f ms (%.0f ms of CPU)", api_names[api],
+              restart ? " (SA_RESTART)" : "", took, cpu);
+    }
+    /* the socket still works */
+    api = API_POLL;
+    p_put_int(r, 1);
+    CHECK_EQ(wait_for(fd, r->from_peer, S_IN | P_IN, 10000), S_IN);
+    char buf[5];
+    p_read_all(fd, buf, 5);
+    CHECK(memcmp(buf, "after", 5) == 0);
+    p_put_int(r, 2);
+    SYS(close(fd));
+}
+
+static void signal_wait_client(struct p_role *r)
+{
+    signal_wait_run(r, false);
+}
+
+static void signal_spin_client(struct p_role *r)
+{
+    signal_wait_run(r, true);
 }
 
 int main(void)
@@ -326,9 +439,8 @@ int main(void)
                      "BUG preload/tentative-not-writable: until the pairing completes a "
                      "connected socket is not reported writable (poll/select with timeout 0 "
                      "right after connect() give 0; kernel TCP: POLLOUT at once)");
-    p_case_known_bug("pending_signal_mask", quiet_server, sigmask_client, P_CARRIED,
-                     "BUG preload/ppoll-sigmask: ppoll/pselect with a mask that unblocks an "
-                     "already pending signal run the handler during the mask swap and then "
-                     "sleep the whole timeout (returning 0) instead of failing with EINTR");
+    p_case("pending_signal_mask", quiet_server, sigmask_client, P_CARRIED);
+    p_case("signal_during_wait", data_server, signal_wait_client, P_CARRIED);
+    p_case("signal_during_spinning_wait", data_server, signal_spin_client, P_CARRIED);
     return p_done();
 }

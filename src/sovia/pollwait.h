@@ -1,0 +1,65 @@
+/*
+ * pollwait.h - sov_poll's waiting, as the preload library of `sovia run`
+ * shares it (its poll/select and epoll over carried sockets).
+ *
+ * The hooks are empty in libsovia; the preload fills them in: readiness the
+ * kernel cannot see of descriptors the layer does not carry (an epoll set
+ * holding carried sockets), a count of the signal handlers run on the
+ * calling thread (a wait spinning in user space fails with EINTR once a
+ * handler ran, as the kernel's would), and libc's own ppoll (the layer's
+ * calls to poll would otherwise come back to the preload's wrapper).
+ */
+#ifndef SOVIA_POLLWAIT_H
+#define SOVIA_POLLWAIT_H
+
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <time.h>
+
+struct sov_poll_hooks {
+    /* Readiness of fd (not a sovia socket) known only in user space, or 0;
+     * or'ed with the kernel's. Set once it can matter (read atomically). */
+    short (*user_revents)(int fd, short events);
+    /* The calling thread's count of signal handlers run (wraps around). */
+    const _Atomic unsigned *(*signal_count)(void);
+    int (*kernel_ppoll)(struct pollfd *fds, nfds_t n, const struct timespec *t,
+                        const sigset_t *mask);
+};
+
+extern struct sov_poll_hooks sov_poll_hooks;
+
+/* A wait's watch on its thread's signal handlers. */
+struct sov_sigwatch {
+    const _Atomic unsigned *count; /* NULL: not counted (libsovia alone) */
+    unsigned start;
+};
+
+static inline struct sov_sigwatch sov_sigwatch_start(void)
+{
+    struct sov_sigwatch w = {sov_poll_hooks.signal_count ? sov_poll_hooks.signal_count() : 0, 0};
+    if (w.count)
+        w.start = atomic_load_explicit(w.count, memory_order_relaxed);
+    return w;
+}
+
+/* Has a handler run on this thread since the wait began? */
+static inline bool sov_sigwatch_fired(const struct sov_sigwatch *w)
+{
+    return w->count && atomic_load_explicit(w->count, memory_order_relaxed) != w->start;
+}
+
+/* sov_poll with ppoll's signal mask (NULL: none): the mask holds from the
+ * first look that finds nothing ready to the return, spinning included; a
+ * handler run meanwhile ends the call with EINTR. */
+int sov_poll_masked(struct pollfd *fds, nfds_t nfds, int timeout, const sigset_t *mask);
+
+/* Sleeps up to `ms` (-1: no limit) until kfds[0..nk) or the layer's
+ * doorbells (the completion queue's wake-up and the event descriptor) are
+ * ready; kfds has room for two more entries. The caller armed the CQ.
+ * A handler run since the wait began (`w`) fails it with EINTR, also one
+ * that arrives just before the sleep. Returns poll's result. */
+int sov_poll_doze(struct pollfd *kfds, nfds_t nk, int ms, const struct sov_sigwatch *w);
+
+#endif /* SOVIA_POLLWAIT_H */
