@@ -67,7 +67,13 @@ static void service_timers(uint64_t now)
 {
     pthread_mutex_lock(&sov_g.lock);
     for (struct sov_sock *s = sov_g.timed; s; s = s->next_timed) {
-        sov_lock(&s->lock);
+        /* A busy socket waits for the next round: spinning on it here would
+         * hold sov_g.lock as long, and a socket a signal handler longjmp'd
+         * out of (iperf3 on Ctrl-C) stays locked for good, which left the
+         * program's exit (sov_atexit -> sov_close -> sov_timer_remove)
+         * waiting for sov_g.lock forever. */
+        if (atomic_exchange_explicit(&s->lock.held, true, memory_order_acquire))
+            continue;
         if (s->conn && s->conn->clen && now >= s->conn->cdeadline_ns) {
             sov_progress(s);
             sov_flush(s, false);

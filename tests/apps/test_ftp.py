@@ -33,18 +33,14 @@ CLIENT_TIMEOUT = 20  # s: a session takes well under 1 s on kernel TCP
 
 # Known gaps the FTP programs meet under sovia (docs/ARCHITECTURE.md,
 # "Transparent mode"), by name; FTP_TEST_KNOWN_GAPS runs them anyway.
-GAPS = {
-    "pollout": "a client's non-blocking connect: poll(POLLOUT) waits for the pairing, "
-               "which waits for the server's accept, which ftpd does only after the "
-               "client's RETR: each passive data connection stalls 1 s, then falls back",
-}
+GAPS = {}  # none at the moment
 
 
 def gaps_of(mode, scenario, passive):
     """The known gaps a case depends on (only with both ends under sovia)."""
     if scenario != pt.BOTH:
         return []
-    return ["pollout"] if passive else []
+    return []
 
 
 def enabled_gaps():
