@@ -292,9 +292,11 @@ int bench_measure_idle(const struct bench_transport *t, void *ep, double seconds
 {
     struct bench_cmd c;
 
+    /* The clock starts before the request: the peer may begin its idle
+     * period before this process runs again (a loaded machine). */
+    double t0 = bench_now(), c0 = cpu_seconds();
     if (send_ctrl(t, ep, BENCH_OP_IDLE, 0, (uint64_t)(seconds * 1e6)) != 0)
         return -1;
-    double t0 = bench_now(), c0 = cpu_seconds();
     if (recv_ctrl(t, ep, &c) != 0)
         return -1;
     double t1 = bench_now(), c1 = cpu_seconds();
