@@ -173,25 +173,20 @@ struct sov_conn *sov_conn_import(const struct sov_config *cfg, unsigned nrecv, u
     }
     if (conn_buffers(c) != 0)
         goto fail;
-    *err = -EPROTO;
-    for (unsigned k = 0; k < nposted; k++) {
-        if (posted[k] % cfg->mtu || posted[k] / cfg->mtu >= nrecv)
-            goto fail;
-        VIP_DESCRIPTOR *d = &c->rdesc[posted[k] / cfg->mtu];
-        d->CS.SegCount = 1;
-        d->DS[0].Local.Data.Address = c->arena + posted[k];
-        d->DS[0].Local.Handle = c->arena_mh;
-        d->DS[0].Local.Length = (VIP_UINT32)cfg->mtu;
-        if (VipxViImportRecv(c->vi, d, c->desc_mh) != VIP_SUCCESS)
-            goto fail;
-    }
-    /* Buffers holding unread data are reposted from their descriptors. */
+    /* Every buffer's descriptor names it again (those holding unread data
+     * are reposted from theirs later); the posted ones are re-attached. */
     for (unsigned i = 0; i < nrecv; i++) {
         VIP_DESCRIPTOR *d = &c->rdesc[i];
+        d->CS.SegCount = 1;
         d->DS[0].Local.Data.Address = c->arena + (size_t)i * cfg->mtu;
         d->DS[0].Local.Handle = c->arena_mh;
         d->DS[0].Local.Length = (VIP_UINT32)cfg->mtu;
     }
+    *err = -EPROTO;
+    for (unsigned k = 0; k < nposted; k++)
+        if (posted[k] % cfg->mtu || posted[k] / cfg->mtu >= nrecv ||
+            VipxViImportRecv(c->vi, &c->rdesc[posted[k] / cfg->mtu], c->desc_mh) != VIP_SUCCESS)
+            goto fail;
     return c;
 fail:
     sov_conn_destroy(c);

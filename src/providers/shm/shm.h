@@ -220,6 +220,7 @@ int shm_vi_segments_create(struct shm_vi *vi);
 void shm_vi_segments_destroy(struct shm_vi *vi);
 int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m, size_t page);
 void shm_peer_unmap(struct shm_peer *peer);
+void shm_peer_free(struct shm_peer *peer); /* unmap, close its descriptors, free */
 
 /* The data path reports a connection-breaking error as a VIP_ERROR_CODE in
  * an int; this marks "none" (VIP_ERROR_POST_DESC is 0). */

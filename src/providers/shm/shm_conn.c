@@ -523,11 +523,7 @@ static void peer_drop(struct shm_vi *vi, enum shm_msg_type notice)
         return;
     if (notice)
         shm_conn_notify(peer, notice);
-    close(peer->sock);
-    if (peer->pidfd >= 0)
-        close(peer->pidfd);
-    shm_peer_unmap(peer);
-    free(peer);
+    shm_peer_free(peer);
 }
 
 /* The peer hears of a second holder before it could see this process go,

@@ -207,11 +207,7 @@ VIP_RETURN shm_vi_import(struct vipl_vi *cvi, const VIPX_STATE *st)
         if (fds[i] >= 0)
             close(fds[i]);
     if (vi->peer) {
-        close(vi->peer->sock);
-        if (vi->peer->pidfd >= 0)
-            close(vi->peer->pidfd);
-        shm_peer_unmap(vi->peer);
-        free(vi->peer);
+        shm_peer_free(vi->peer);
         vi->peer = NULL;
     }
     shm_vi_segments_destroy(vi);

@@ -11,15 +11,6 @@
 
 #include "shm.h"
 
-static bool in_arena(const struct shm_vi *vi, const struct vipl_sge *s, uint32_t *off)
-{
-    uintptr_t a = (uintptr_t)s->addr, base = (uintptr_t)vi->arena;
-    if (!vi->arena || a < base || s->len > vi->arena_len || a - base > vi->arena_len - s->len)
-        return false;
-    *off = vi->arena_off + (uint32_t)(a - base);
-    return true;
-}
-
 /* FIFO byte ring: receives complete in order, so reservations free in order. */
 static bool staging_reserve(struct shm_vi *vi, uint32_t len, uint32_t *off, uint32_t *bytes)
 {
@@ -42,7 +33,7 @@ static VIP_RETURN publish(struct shm_vi *vi, struct shm_rq_entry *e, const struc
     uint32_t offs[SHM_POST_SEGS];
     bool direct = wr->nsge <= SHM_POST_SEGS && vi->arena;
     for (uint32_t i = 0; direct && i < wr->nsge; i++)
-        direct = in_arena(vi, &wr->sge[i], &offs[i]);
+        direct = shm_arena_offset(vi, wr->sge[i].addr, wr->sge[i].len, &offs[i]);
 
     if (direct) {
         p->nseg = (uint16_t)wr->nsge;

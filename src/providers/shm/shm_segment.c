@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -266,4 +267,15 @@ void shm_peer_unmap(struct shm_peer *peer)
     peer->rx = NULL;
     peer->armed_map = peer->word_map = NULL;
     peer->wake_sock = -1;
+}
+
+/* Lets go of everything held for a peer: its mappings, its connection
+ * socket and pidfd, and the structure. */
+void shm_peer_free(struct shm_peer *peer)
+{
+    close(peer->sock);
+    if (peer->pidfd >= 0)
+        close(peer->pidfd);
+    shm_peer_unmap(peer);
+    free(peer);
 }
