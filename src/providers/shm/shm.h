@@ -184,6 +184,7 @@ struct shm_listener {
     uint8_t disc[VIPL_MAX_DISC];
     uint16_t disc_len;
     int fd;
+    atomic_int reserve; /* /dev/null, given up to refuse when out of fds */
     unsigned refs;     /* the NIC's list holds one while listed */
     atomic_bool closed; /* unlistened: waiters return */
 };

@@ -14,6 +14,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -279,6 +280,7 @@ static struct shm_listener *listener_get(struct shm_nic *snic, const VIP_NET_ADD
     memcpy(l->disc, disc, local->DiscriminatorLen);
     l->disc_len = local->DiscriminatorLen;
     l->fd = fd;
+    atomic_init(&l->reserve, open("/dev/null", O_RDONLY | O_CLOEXEC));
     l->refs = 2; /* the list's and the caller's */
     l->next = snic->listeners;
     snic->listeners = l;
@@ -293,6 +295,9 @@ static void listener_put(struct shm_nic *snic, struct shm_listener *l)
     pthread_mutex_unlock(&snic->lock);
     if (last) {
         close(l->fd);
+        int r = atomic_load(&l->reserve);
+        if (r >= 0)
+            close(r);
         free(l);
     }
 }
@@ -350,6 +355,31 @@ VIP_RETURN shm_unlisten(struct vipl_nic *nic, const VIP_NET_ADDRESS *local)
     return VIP_SUCCESS;
 }
 
+/* accept4 failed for want of a descriptor: the client would wait for an
+ * answer, and poll would report it again at once. Giving up the reserved
+ * descriptor lets us take the client and close it, which the client reads
+ * as a refusal (the server is full, as ECONNREFUSED says). Without a
+ * reserve (another thread has it, or it could not be reopened), wait a
+ * little instead of spinning. */
+static void refuse_for_want_of_fds(struct shm_listener *l)
+{
+    int r = atomic_exchange(&l->reserve, -1);
+    if (r < 0) {
+        poll(NULL, 0, 10);
+        r = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (r >= 0 && !atomic_compare_exchange_strong(&l->reserve, &(int){-1}, r))
+            close(r);
+        return;
+    }
+    close(r);
+    int s = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+    if (s >= 0)
+        close(s);
+    r = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (r >= 0 && !atomic_compare_exchange_strong(&l->reserve, &(int){-1}, r))
+        close(r);
+}
+
 /* A request must name a well-formed client address. */
 static bool request_ok(const struct shm_msg *m, int nfds)
 {
@@ -384,6 +414,8 @@ VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
             continue; /* EINTR, or unlistened: checked above */
         int s = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         pid_t pid;
+        if (s < 0 && (errno == EMFILE || errno == ENFILE))
+            refuse_for_want_of_fds(l);
         if (s < 0)
             continue; /* another waiter took it */
         if (!peer_cred(s, &pid)) {

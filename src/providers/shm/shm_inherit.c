@@ -313,8 +313,10 @@ size_t shm_nic_descriptors(struct vipl_nic *nic, int *fds, size_t cap)
     struct shm_nic *snic = shm_nic(nic);
     size_t n = shm_agent_descriptors(snic->agent, fds, cap);
     pthread_mutex_lock(&snic->lock);
-    for (struct shm_listener *l = snic->listeners; l; l = l->next)
+    for (struct shm_listener *l = snic->listeners; l; l = l->next) {
         n = put(fds, cap, n, l->fd);
+        n = put(fds, cap, n, atomic_load(&l->reserve));
+    }
     pthread_mutex_unlock(&snic->lock);
     return n;
 }
