@@ -113,9 +113,11 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
         }
         return;
     }
-    /* The peer can only acknowledge what we sent: anything else is a
-     * protocol violation, and fails this connection only. */
-    if (!c->peer_window || acks > c->peer_window - c->credits) {
+    /* The peer can only acknowledge what we sent, and leaves the reserved
+     * bits zero: anything else is a protocol violation, and fails this
+     * connection only. */
+    if (!c->peer_window || acks > c->peer_window - c->credits ||
+        (imm & ~(PKT_TYPE_MASK | PKT_ACKS_MAX << PKT_ACKS_SHIFT))) {
         abort_conn(c);
         return;
     }
@@ -123,7 +125,10 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
     switch (type) {
     case PKT_DATA: {
         uint32_t len = d->CS.Length;
-        if (len == 0 || len > c->cfg.mtu || c->rq_count > c->nrecv) {
+        /* DATA we hold and have not acknowledged: the peer may have sent
+         * at most our window of it, and none after its FIN. */
+        unsigned held = c->rq_count + (c->deferred >= 0) + c->to_ack;
+        if (len == 0 || len > c->cfg.mtu || held >= c->cfg.window || c->peer_fin) {
             abort_conn(c);
             return;
         }
@@ -147,6 +152,10 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
         repost(c, (unsigned)i);
         return;
     case PKT_FIN:
+        if (c->peer_fin) { /* a second FIN: the peer's state is not ours */
+            abort_conn(c);
+            return;
+        }
         c->peer_fin = true;
         if (repost(c, (unsigned)i) == 0)
             sov_conn_send_ctrl(c, PKT_FINACK);
@@ -168,7 +177,8 @@ int sov_conn_wakeup(struct sov_conn *c, VIP_DESCRIPTOR *d)
     uint32_t imm = d->CS.ImmediateData;
     unsigned w = (imm >> WAKEUP_WINDOW_SHIFT) & WAKEUP_FIELD_MASK;
     unsigned slots = (imm >> WAKEUP_SLOTS_SHIFT) & WAKEUP_FIELD_MASK;
-    if ((imm & PKT_TYPE_MASK) != PKT_WAKEUP || (d->CS.Status & VIP_STATUS_ERROR_MASK) ||
+    if ((imm & PKT_TYPE_MASK) != PKT_WAKEUP || (imm & WAKEUP_RESERVED_MASK) ||
+        (d->CS.Status & VIP_STATUS_ERROR_MASK) ||
         w < 1 || w > 1024 || slots < 1 || c->peer_window)
         return -EPROTO;
     unsigned need = (c->cfg.window + slots - 1) / slots;

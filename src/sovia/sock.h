@@ -48,6 +48,7 @@ static inline uint32_t pkt_imm(enum sov_pkt type, uint32_t acks)
 #define WAKEUP_WINDOW_SHIFT 8
 #define WAKEUP_SLOTS_SHIFT 20
 #define WAKEUP_FIELD_MASK 0xfffu
+#define WAKEUP_RESERVED_MASK 0xf8u /* bits 3-7 */
 
 /* ---- A spinlock for the data path ---------------------------------------- */
 

@@ -242,7 +242,7 @@ static void drain(struct run *r)
 static bool wakeup_valid(uint32_t imm)
 {
     uint32_t w = imm >> 8 & 0xfff, slots = imm >> 20 & 0xfff;
-    return (imm & 7) == PKT_WAKEUP && w >= 1 && w <= 1024 && slots >= 1;
+    return (imm & 0xff) == PKT_WAKEUP && w >= 1 && w <= 1024 && slots >= 1;
 }
 
 static uint64_t now_ms(void)

@@ -4,12 +4,14 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "shm.h"
@@ -145,12 +147,16 @@ void shm_vi_segments_destroy(struct shm_vi *vi)
     vi->ctl_fd = vi->rx_fd = -1;
 }
 
-/* The size of a peer memfd carrying at least `seals`; 0 if it does not. */
+/* The size of a peer memfd carrying at least `seals`; 0 if it does not.
+ * Only a shmem memfd: a hugetlbfs one can be sealed too, but its pages are
+ * reserved from a pool the peer may have exhausted (SIGBUS on fault). */
 static size_t sealed_size(int fd, int seals)
 {
     int have = fcntl(fd, F_GET_SEALS);
     struct stat st;
-    if (have < 0 || (have & seals) != seals || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+    struct statfs fs;
+    if (have < 0 || (have & seals) != seals || fstatfs(fd, &fs) != 0 ||
+        fs.f_type != TMPFS_MAGIC || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
         st.st_size <= 0 || (uint64_t)st.st_size > SHM_MAX_SEGMENT)
         return 0;
     return (size_t)st.st_size;
