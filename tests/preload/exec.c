@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+P_THREADED_FORK_CHILDREN /* inetd_fork_dup2_exec */
+
 #define STREAM (1u << 20)
 #define ANSWER (256u << 10)
 
@@ -91,6 +93,7 @@ static void inetd_server(struct p_role *r)
     CHECK(pid >= 0);
     if (pid == 0) {
         p_child_safety();
+        p_threaded_fork_child();
         SYS(dup2(fd, 0));
         SYS(dup2(fd, 1));
         /* As inetd: everything else goes (sovia's own descriptors must

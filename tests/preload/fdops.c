@@ -17,6 +17,8 @@
 
 #include "pharness.h"
 
+P_THREADED_FORK_CHILDREN /* fork_child_serves */
+
 static bool cloexec(int fd)
 {
     return (SYS(fcntl(fd, F_GETFD)) & FD_CLOEXEC) != 0;
@@ -264,6 +266,7 @@ static void forking_server(struct p_role *r)
     CHECK(pid >= 0);
     if (pid == 0) {
         p_child_safety();
+        p_threaded_fork_child();
         SYS(close(r->lfd));
         char buf[6];
         p_read_all(fd, buf, 6);

@@ -111,6 +111,40 @@ long long p_sys(long long r, const char *what, const char *file, int line)
 
 /* ---- Lifetime ------------------------------------------------------------------ */
 
+/* ThreadSanitizer's runtime must come after the preload in LD_PRELOAD
+ * (tests/preload/CMakeLists.txt says why): a run in the other order fails
+ * here rather than with a race report for every lock-protected access the
+ * preload makes inside poll, select or epoll_wait. */
+static void check_tsan_order(void)
+{
+#if defined(__SANITIZE_THREAD__)
+    const char *lp = getenv("LD_PRELOAD");
+    const char *pre = lp ? strstr(lp, "libsovia-preload") : NULL;
+    const char *rt = lp ? strstr(lp, "libtsan") : NULL;
+    if (pre && rt && rt < pre)
+        FAILF("LD_PRELOAD=%s: libtsan ahead of libsovia-preload.so; ThreadSanitizer would "
+              "not see the locks the preload takes inside its blocking-call interceptors",
+              lp);
+#endif
+}
+
+#if defined(__SANITIZE_THREAD__)
+/* Weak: P_THREADED_FORK_CHILDREN in a test replaces it. */
+__attribute__((weak)) const char *__tsan_default_options(void);
+__attribute__((weak)) const char *__tsan_default_options(void)
+{
+    return P_TSAN_OPTIONS;
+}
+#endif
+
+void p_threaded_fork_child(void)
+{
+#if defined(__SANITIZE_THREAD__)
+    p_log("ThreadSanitizer: a child of a threaded process (die_after_fork=0): only the "
+          "threads it starts are checked, not this one");
+#endif
+}
+
 bool p_preloaded(void)
 {
     FILE *f = fopen("/proc/self/maps", "r");
@@ -136,6 +170,8 @@ void p_init(const char *test)
     else if (!p_preloaded())
         FAILF("libsovia-preload.so is not loaded (LD_PRELOAD=%s): run through ctest",
               getenv("LD_PRELOAD") ? getenv("LD_PRELOAD") : "(unset)");
+    else
+        check_tsan_order();
     /* not named *sovia*: tests/sovia/cleanup counts such files in /tmp */
     snprintf(stat_path, sizeof stat_path, "/tmp/preload-test-stat-XXXXXX");
     int fd = mkstemp(stat_path);

@@ -134,6 +134,33 @@ const char *p_exec_role(int argc, char **argv, struct p_role *r, const char **ex
 /* Is the preload loaded in this process? */
 bool p_preloaded(void);
 
+/* ---- ThreadSanitizer ------------------------------------------------------ */
+
+/* The options every preload test starts ThreadSanitizer with (TSAN_OPTIONS
+ * still wins; pharness.c gives them). atexit_sleep_ms: a process with
+ * threads left sleeps that long at exit (default 1000), and every role
+ * exits so (the sockets layer's threads): the default made the whole
+ * preload label 5x slower under TSan; 50 ms still lets those threads run
+ * into the exit. */
+#define P_TSAN_OPTIONS "atexit_sleep_ms=50"
+
+/* A test whose role forks a child that starts threads while the role has
+ * threads of its own (the sockets layer's: the child serves an inherited
+ * connection) puts P_THREADED_FORK_CHILDREN at file scope. ThreadSanitizer
+ * kills such a child by default ("starting new threads after multi-threaded
+ * fork is not supported", die_after_fork); this lets it run (TSAN_OPTIONS
+ * still wins). The cost: in that child TSan checks nothing the forking
+ * thread does, only the threads started there; the child calls
+ * p_threaded_fork_child() to say so in the log. */
+#if defined(__SANITIZE_THREAD__)
+#define P_THREADED_FORK_CHILDREN                                                      \
+    const char *__tsan_default_options(void);                                         \
+    const char *__tsan_default_options(void) { return P_TSAN_OPTIONS ":die_after_fork=0"; }
+#else
+#define P_THREADED_FORK_CHILDREN
+#endif
+void p_threaded_fork_child(void);
+
 /* ---- Stat log --------------------------------------------------------------- */
 
 struct p_stat {
