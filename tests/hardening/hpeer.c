@@ -5,6 +5,7 @@
 #include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -248,6 +249,25 @@ void hp_raw_complete(struct hp *h, uint32_t seq, uint32_t status, uint32_t lengt
         p->consumed++;
     atomic_store_explicit(&c->seq, seq, memory_order_release);
     hp_ring(h);
+}
+
+/* ---- Under sovia run ------------------------------------------------------------------- */
+
+void *hp_victim_ctl_writable(const struct hp *h, size_t *len)
+{
+    struct shm_peer *p = hp_peer(h);
+    if (mprotect((void *)p->ctl, p->ctl_len, PROT_READ | PROT_WRITE) != 0)
+        return NULL;
+    *len = p->ctl_len;
+    return (void *)p->ctl;
+}
+
+_Atomic uint32_t *hp_victim_armed_writable(const struct hp *h)
+{
+    struct shm_peer *p = hp_peer(h);
+    if (mprotect(p->armed_map, p->armed_len, PROT_READ | PROT_WRITE) != 0)
+        return NULL;
+    return (_Atomic uint32_t *)p->wake_armed;
 }
 
 /* ---- The catalogue -------------------------------------------------------------------- */

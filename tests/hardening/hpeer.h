@@ -115,6 +115,16 @@ uint32_t hp_next_seq(const struct hp *h);
 /* Bumps the victim's wake-up (futex word or wake socket), as a waker does. */
 void hp_ring(struct hp *h);
 
+/* ---- Under `sovia run` ----------------------------------------------------------------- */
+
+/* The victim's ctl segment (its posted slots, export table, header) and
+ * its completion queue's armed word, made writable in this process
+ * (mprotect). A `sovia run` victim's VIs and CQ are inheritable, so not
+ * sealed against writing (docs/SECURITY.md, known limits); elsewhere the
+ * seal makes these fail with EACCES. NULL with errno. */
+void *hp_victim_ctl_writable(const struct hp *h, size_t *len);
+_Atomic uint32_t *hp_victim_armed_writable(const struct hp *h);
+
 /* ---- The catalogue of writable fields (random mode) ------------------------------ */
 
 /* One random write to any field the hostile peer can reach after connect:

@@ -2,8 +2,10 @@
 #include "hsovia.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hcommon.h"
 #include "sovia/sharness.h"
@@ -157,4 +159,99 @@ bool hs_wait_broken(struct hs *s, unsigned ms)
         take_one(s, 5, &imm); /* keep reposting: the victim's reset arrives as a notice */
     }
     return hp_state(&s->h) != VIP_STATE_CONNECTED;
+}
+
+/* ---- Moves ------------------------------------------------------------------------------ */
+
+int hs_echo(struct hs *s, uint64_t seed, uint64_t *sent, uint64_t *echoed, size_t n, bool must)
+{
+    static uint8_t buf[HS_MTU];
+    size_t start = s->rx_len;
+    for (size_t done = 0; done < n;) {
+        uint32_t k = (uint32_t)(n - done < HS_MTU ? n - done : HS_MTU);
+        s_pattern_fill(buf, k, seed, *sent);
+        if (!hs_data(s, buf, k, 2000)) {
+            CHECK_MSG(!must, "honest DATA could not be sent (credits %u)", s->credits);
+            return 0;
+        }
+        *sent += k;
+        done += k;
+        hs_pump(s, 0);
+    }
+    int all = hs_collect(s, start + n, 3000);
+    size_t got = s->rx_len - start;
+    long bad = s_pattern_check(s->rx + start, got, seed, *echoed);
+    CHECK_MSG((all && bad < 0) || !must, "the echo: %zu of %zu bytes back, first wrong at %ld",
+              got, n, bad);
+    if (bad < 0)
+        *echoed += got;
+    return all && bad < 0;
+}
+
+void hs_random_packet(struct hs *s, uint64_t *rng, char *what, size_t what_len)
+{
+    static uint8_t buf[HS_MTU];
+    uint32_t imm = hc_below(rng, 3)
+                       ? HS_IMM(hc_below(rng, 8), hp_interesting(rng, 1) & 0xffff)
+                       : hc_rand32(rng);
+    uint32_t len = hc_below(rng, 2) ? 0 : 1 + hc_below(rng, HS_MTU);
+    memset(buf, (int)(imm & 0xff), len);
+    hs_raw(s, imm, buf, len);
+    snprintf(what, what_len, "packet imm %#x len %u", imm, len);
+}
+
+static void *storm_thread(void *arg)
+{
+    struct hs_storm *st = arg;
+    struct shm_peer *p = hp_peer(st->h);
+    while (!atomic_load(&st->stop)) {
+        switch (st->kind) {
+        case HS_STORM_WAKE:
+            hp_ring(st->h);
+            break;
+        case HS_STORM_ARENA: {
+            uint32_t off = p->data_off + hc_below(&st->rng, p->rx_size - p->data_off);
+            ((volatile uint8_t *)p->rx)[off] = (uint8_t)hc_rand32(&st->rng);
+            break;
+        }
+        case HS_STORM_CTL:
+            ((volatile uint8_t *)st->ctl)[hc_below(&st->rng, (uint32_t)st->ctl_len)] =
+                (uint8_t)hc_rand32(&st->rng);
+            break;
+        case HS_STORM_ARMED:
+            atomic_store(st->armed, st->value);
+            break;
+        }
+        atomic_fetch_add(&st->writes, 1);
+        if ((hc_rand32(&st->rng) & 63) == 0)
+            usleep(50);
+    }
+    return NULL;
+}
+
+int hs_storm_start(struct hs_storm *st, struct hp *h, enum hs_storm_kind kind, uint32_t value,
+                   uint64_t seed)
+{
+    memset(st, 0, sizeof *st);
+    st->h = h;
+    st->kind = kind;
+    st->value = value;
+    st->rng = seed;
+    if (kind == HS_STORM_CTL && !(st->ctl = hp_victim_ctl_writable(h, &st->ctl_len)))
+        return -errno;
+    if (kind == HS_STORM_ARMED && !(st->armed = hp_victim_armed_writable(h)))
+        return -errno;
+    CHECK(pthread_create(&st->thread, NULL, storm_thread, st) == 0);
+    st->running = true;
+    return 0;
+}
+
+unsigned long hs_storm_stop(struct hs_storm *st)
+{
+    if (st->running) {
+        atomic_store(&st->stop, true);
+        CHECK(pthread_join(st->thread, NULL) == 0);
+        st->running = false;
+    }
+    return atomic_load(&st->writes);
 }

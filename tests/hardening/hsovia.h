@@ -12,6 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "hpeer.h"
 
 /* The packet types and fields of docs/PROTOCOL.md, restated: the test
@@ -57,5 +60,46 @@ int hs_pump(struct hs *s, unsigned ms);
 int hs_collect(struct hs *s, size_t n, unsigned ms);
 /* Waits until our VI leaves CONNECTED (the victim broke the connection). */
 bool hs_wait_broken(struct hs *s, unsigned ms);
+
+/* ---- Moves of the hostile tests ---------------------------------------------------- */
+
+/* Streams n bytes of the pattern stream `seed` from position *sent (honest
+ * DATA) and collects the echo, checked from position *echoed; *sent and
+ * *echoed advance by what went and what came back exact. must: anything
+ * short of a byte-exact echo fails the test. 1 if it all came back. */
+int hs_echo(struct hs *s, uint64_t seed, uint64_t *sent, uint64_t *echoed, size_t n, bool must);
+
+/* A packet of random immediate data (a real type with an interesting acks
+ * count two times in three) and a random payload, or none. Described in
+ * `what`. */
+void hs_random_packet(struct hs *s, uint64_t *rng, char *what, size_t what_len);
+
+/* A thread that keeps writing one thing of the victim's until stopped. */
+enum hs_storm_kind {
+    HS_STORM_WAKE,  /* rings its wake-up */
+    HS_STORM_ARENA, /* random bytes anywhere in its data area (staging, arena) */
+    HS_STORM_CTL,   /* random bytes anywhere in its ctl segment (sovia run) */
+    HS_STORM_ARMED, /* keeps its CQ's armed word at `value` (sovia run) */
+};
+
+struct hs_storm {
+    struct hp *h;
+    enum hs_storm_kind kind;
+    uint32_t value;
+    uint64_t rng;
+    uint8_t *ctl;
+    size_t ctl_len;
+    _Atomic uint32_t *armed;
+    atomic_bool stop;
+    atomic_ulong writes;
+    pthread_t thread;
+    bool running;
+};
+
+/* 0, or -errno when the target cannot be made writable (sealed). */
+int hs_storm_start(struct hs_storm *st, struct hp *h, enum hs_storm_kind kind, uint32_t value,
+                   uint64_t seed);
+/* Stops it (if running); returns the writes it made. */
+unsigned long hs_storm_stop(struct hs_storm *st);
 
 #endif
