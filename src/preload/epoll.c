@@ -252,10 +252,12 @@ static uint32_t readiness(struct item *it, bool *pending, bool *gone)
         return 0;
     }
     switch (sov_tp_settle(s)) {
-    case SOV_TP_PENDING:
+    case SOV_TP_PENDING: {
+        bool room = sov_tp_early_room(s); /* a server may write at once */
         sov_unlock(&s->lock);
         *pending = true;
-        return 0;
+        return room ? EPOLLOUT : 0;
+    }
     case SOV_TP_FELL_BACK: /* unlocked */
         *gone = true;
         return 0;

@@ -29,6 +29,9 @@ static ssize_t via_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 
 static ssize_t via_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
+    ssize_t early = tp_send_early(fd, iov, iovcnt);
+    if (early > 0)
+        return early;
     int r = tp_prepare(fd, flags);
     if (r <= 0)
         return r == 0 ? KERNEL : -1;

@@ -101,18 +101,27 @@ static bool is_nonblocking(int fd)
     return fl >= 0 && (fl & O_NONBLOCK);
 }
 
+/* The live socket carried on fd, locked; NULL if there is none. */
+static struct sov_sock *lock_carried(int fd)
+{
+    struct sov_sock *s = sov_lookup(fd);
+    if (!s)
+        return NULL;
+    sov_lock(&s->lock);
+    if (s->dead || sov_lookup(fd) != s) {
+        sov_unlock(&s->lock);
+        return NULL;
+    }
+    return s;
+}
+
 int tp_prepare(int fd, int msg_flags)
 {
     uint64_t start = 0;
     for (;;) {
-        struct sov_sock *s = sov_lookup(fd);
+        struct sov_sock *s = lock_carried(fd);
         if (!s)
             return 0;
-        sov_lock(&s->lock);
-        if (s->dead || sov_lookup(fd) != s) {
-            sov_unlock(&s->lock);
-            return 0;
-        }
         enum sov_tp_state st = sov_tp_settle(s);
         if (st == SOV_TP_FELL_BACK)
             return 0; /* unlocked: the kernel socket from now on */
@@ -136,6 +145,33 @@ int tp_prepare(int fd, int msg_flags)
         if (real.poll(&p, 1, 1) < 0 && errno == EINTR)
             return -1;
     }
+}
+
+/* An accepted socket whose client has not answered yet takes its first
+ * bytes at once (sov_tp_send_early). The bytes taken, or 0: go on as
+ * usual (paired, fell back, not a server, or no room left). */
+ssize_t tp_send_early(int fd, const struct iovec *iov, int iovcnt)
+{
+    struct sov_sock *s = lock_carried(fd);
+    if (!s)
+        return 0;
+    enum sov_tp_state st = sov_tp_settle(s);
+    if (st == SOV_TP_FELL_BACK)
+        return 0; /* unlocked */
+    ssize_t n = st == SOV_TP_PENDING ? sov_tp_send_early(s, iov, iovcnt) : 0;
+    sov_unlock(&s->lock);
+    return n > 0 ? n : 0;
+}
+
+/* Early bytes are waiting for the client's answer. */
+static bool holds_early(int fd)
+{
+    struct sov_sock *s = lock_carried(fd);
+    if (!s)
+        return false;
+    bool held = s->conn && s->conn->early_len;
+    sov_unlock(&s->lock);
+    return held;
 }
 
 /* ---- The calls --------------------------------------------------------------- */
@@ -292,7 +328,9 @@ PRELOAD_EXPORT int close(int fd)
 PRELOAD_EXPORT int shutdown(int fd, int how)
 {
     preload_ready();
-    if (carried(fd) && tp_prepare(fd, MSG_DONTWAIT) != 0 && sov_shutdown(fd, how) != 0 &&
+    /* Early bytes go the way the client reads before anything ends. */
+    int wait = holds_early(fd) ? 0 : MSG_DONTWAIT;
+    if (carried(fd) && tp_prepare(fd, wait) != 0 && sov_shutdown(fd, how) != 0 &&
         errno != EBADF)
         return -1;
     return real.shutdown(fd, how);

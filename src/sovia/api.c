@@ -457,6 +457,12 @@ void sov_after_fork_child(void)
         atomic_fetch_sub(&sov_g.open_conns, 1);
     sov_g.closing = NULL;
     sov_g.pairing = NULL;
+    /* Bytes written before a client answered are the parent's to send. */
+    for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {
+        struct sov_sock *s = sov_lookup(fd);
+        if (s && s->conn)
+            s->conn->early_len = 0;
+    }
     if (sov_g.nic && atomic_load(&sov_g.open_conns))
         VipxNicAfterFork(sov_g.nic);
     if (atomic_load(&sov_g.open_conns) == 0 && !sov_g.pairing) {

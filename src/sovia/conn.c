@@ -223,6 +223,7 @@ void sov_conn_destroy(struct sov_conn *c)
     free(c->rdesc);
     free(c->sbuf);
     free(c->cbuf);
+    free(c->early);
     free(c->recvq);
     free(c);
 }

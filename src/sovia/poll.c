@@ -107,10 +107,13 @@ static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, 
                 case SOV_TP_PENDING: {
                     /* not ready: the peer has not paired yet */
                     bool client = s->conn->tentative_since_ns != 0;
+                    bool room = sov_tp_early_room(s);
                     *tentative = true;
                     sov_unlock(&s->lock);
                     if (client)
                         pending_writable(&fds[i]);
+                    else if (room)
+                        fds[i].revents = fds[i].events & POLLOUT;
                     continue;
                 }
                 case SOV_TP_FELL_BACK: /* unlocked: a kernel socket from now on */

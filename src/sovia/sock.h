@@ -117,6 +117,12 @@ struct sov_conn {
      * process's copy (VipxViRelease) and says nothing to the peer, whose
      * stream ends when the last holder lets go. */
     bool shared;
+    /* sovia run: bytes an accepted connection was given before the client
+     * answered our WAKEUP (a kernel socket takes them at once). They go as
+     * the first DATA when it pairs, or to the kernel socket if the client
+     * falls back (transparent.c); at most one packet. */
+    uint8_t *early;
+    uint32_t early_len;
     /* sovia run: the client's connection waits for the server's accept()
      * to pair it with the kernel connection (docs/ARCHITECTURE.md). */
     bool tentative;

@@ -17,6 +17,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -159,6 +160,105 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
 
 static void fall_back(struct sov_sock *s);
 
+/* ---- Bytes written before the client answered ------------------------------ */
+
+static bool takes_early(const struct sov_sock *s)
+{
+    const struct sov_conn *c = s->conn;
+    return s->tp_waiting && !s->dead && c && !c->tentative_since_ns && !c->peer_window &&
+           !c->reset && !c->wr_shut;
+}
+
+bool sov_tp_early_room(const struct sov_sock *s)
+{
+    return takes_early(s) && s->conn->early_len < s->conn->send_mtu;
+}
+
+ssize_t sov_tp_send_early(struct sov_sock *s, const struct iovec *iov, int iovcnt)
+{
+    if (!takes_early(s))
+        return 0;
+    struct sov_conn *c = s->conn;
+    if (!c->early && !(c->early = malloc(c->send_mtu)))
+        return -EAGAIN;
+    size_t taken = 0;
+    for (int k = 0; k < iovcnt && c->early_len < c->send_mtu; k++) {
+        size_t n = iov[k].iov_len;
+        if (n > c->send_mtu - c->early_len)
+            n = c->send_mtu - c->early_len;
+        memcpy(c->early + c->early_len, iov[k].iov_base, n);
+        c->early_len += (uint32_t)n;
+        taken += n;
+    }
+    return taken ? (ssize_t)taken : -EAGAIN;
+}
+
+/* After pairing the window is open (the client's WAKEUP gave credits): the
+ * early bytes are one packet and leave at once, before anything later. */
+static void send_early(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    if (!c->early_len)
+        return;
+    struct iovec v = {c->early, c->early_len};
+    c->early_len = 0;
+    sov_do_send(s, &v, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* A server closing before its client answered: the client may be
+ * answering right now, and would then take the VI going as a reset. Wait
+ * (up to the pairing timeout) for its answer (then early bytes are sent and
+ * the close is graceful) or for its fall back (then they go to the kernel
+ * socket, and so does the end of stream). Caller holds the lock, on a
+ * socket no longer in the table. */
+void sov_tp_close_settle(struct sov_sock *s)
+{
+    uint64_t end = sov_now_ns() + pair_timeout_ns();
+    while (s->conn && !s->conn->tentative_since_ns) {
+        sov_progress(s);
+        struct sov_conn *c = s->conn;
+        if (c->peer_window && !c->reset) {
+            send_early(s);
+            return;
+        }
+        if (c->reset || sov_now_ns() > end) {
+            atomic_fetch_add(&sov_g.tp_fell_back, 1);
+            sov_tp_early_to_kernel(s);
+            return;
+        }
+        sov_unlock(&s->lock);
+        struct timespec pause = {0, 100000};
+        nanosleep(&pause, NULL);
+        sov_lock(&s->lock);
+    }
+}
+
+void sov_tp_early_to_kernel(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    if (!c || !c->early_len)
+        return;
+    /* The system calls themselves: send() and poll() are the preload's. A
+     * fresh kernel connection has room for one packet; the loop is for a
+     * loaded host, and gives up as a reset would. */
+    size_t off = 0;
+    uint64_t end = sov_now_ns() + 1000000000u;
+    while (off < c->early_len) {
+        long r = syscall(SYS_sendto, s->fd, c->early + off, c->early_len - off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT, NULL, 0);
+        if (r > 0) {
+            off += (size_t)r;
+            continue;
+        }
+        if (r == 0 || (errno != EAGAIN && errno != EINTR) || sov_now_ns() > end)
+            break;
+        struct pollfd p = {.fd = s->fd, .events = POLLOUT};
+        struct timespec slice = {0, 10000000};
+        syscall(SYS_ppoll, &p, 1, &slice, NULL, 0);
+    }
+    c->early_len = 0;
+}
+
 /* Caller holds s->lock. Paired once the peer's WAKEUP opened our window
  * (and, on the client, ours answered it). */
 enum sov_tp_state sov_tp_settle(struct sov_sock *s)
@@ -172,6 +272,7 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
         atomic_fetch_add(&sov_g.tp_paired, 1);
         sov_pairing_remove(s);
         sov_conn_established(s);
+        send_early(s);
         return SOV_TP_PAIRED;
     }
     if (c->reset) {
@@ -204,6 +305,7 @@ static void fall_back(struct sov_sock *s)
     for (int fd = 0, n = sov_table_limit(); fd < n && s->nfds; fd++)
         if (sov_table_clear(fd, s))
             s->nfds--;
+    sov_tp_early_to_kernel(s); /* before anything the program writes next */
     sov_unlock(&s->lock);
     sov_wake_waiters(s);
     sov_conn_destroy(s->conn); /* the server sees the VI go: it stays on TCP */

@@ -8,6 +8,8 @@
 
 #include <stdbool.h>
 #include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 struct sov_sock;
 
@@ -36,6 +38,20 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
  * unpublished and its lock released; the descriptor is plain kernel TCP
  * from then on. */
 enum sov_tp_state sov_tp_settle(struct sov_sock *s);
+
+/* A server socket awaiting its client's answer takes up to one packet of
+ * bytes at once, as a kernel socket's send buffer would (caller holds the
+ * lock). The bytes taken, -EAGAIN when it holds all it can, or 0 when the
+ * socket does not take early bytes. */
+ssize_t sov_tp_send_early(struct sov_sock *s, const struct iovec *iov, int iovcnt);
+/* True when such a socket has room for early bytes (it is writable). */
+bool sov_tp_early_room(const struct sov_sock *s);
+/* The early bytes go to the kernel socket: the client is not on sovia. */
+void sov_tp_early_to_kernel(struct sov_sock *s);
+/* A server's close before its client answered: waits for the client to
+ * pair or fall back, so that the end (and early bytes) go the way it reads
+ * (lock held; released and taken again). */
+void sov_tp_close_settle(struct sov_sock *s);
 
 /* Descriptor bookkeeping. */
 int sov_tp_dup(int oldfd, int newfd);

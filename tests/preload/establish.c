@@ -205,6 +205,96 @@ static void write_at_once_client(struct p_role *r)
     SYS(close(fd));
 }
 
+/* Bytes written before the client answered the pairing (it sleeps after
+ * connect) reach it once, in order, whatever the server does next. */
+#define GREETING "220 ready\r\n"
+
+static void greet_client_common(struct p_role *r, int fd)
+{
+    char buf[sizeof GREETING - 1];
+    p_read_all(fd, buf, sizeof buf);
+    CHECK(memcmp(buf, GREETING, sizeof buf) == 0);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    (void)r;
+}
+
+/* Greets and closes at once (as a busy server's "421"). */
+static void greet_close_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    p_write_all(fd, GREETING, sizeof GREETING - 1);
+    SYS(close(fd));
+}
+
+static void greet_close_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    p_sleep_ms(20);
+    greet_client_common(r, fd);
+    SYS(close(fd));
+}
+
+/* Greets, ends its side with shutdown, then reads the client's answer. */
+static void greet_shutdown_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    p_write_all(fd, GREETING, sizeof GREETING - 1);
+    SYS(shutdown(fd, SHUT_WR));
+    char buf[3];
+    p_read_all(fd, buf, 3);
+    CHECK(memcmp(buf, "bye", 3) == 0);
+    SYS(close(fd));
+}
+
+static void greet_shutdown_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    p_sleep_ms(20);
+    greet_client_common(r, fd);
+    p_write_all(fd, "bye", 3);
+    SYS(close(fd));
+}
+
+/* A non-blocking server streams 300 KB from the moment it accepts: the
+ * first bytes go early, the rest once the client answers. */
+#define EARLY_STREAM (300 * 1024)
+
+static void early_stream_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept4(r->lfd, NULL, NULL, SOCK_NONBLOCK));
+    static char buf[EARLY_STREAM];
+    p_fill(buf, sizeof buf, 7);
+    size_t off = 0;
+    while (off < sizeof buf) {
+        ssize_t n = send(fd, buf + off, sizeof buf - off, MSG_NOSIGNAL);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        CHECK_EQ(errno, EAGAIN);
+        struct pollfd w = {.fd = fd, .events = POLLOUT};
+        CHECK_EQ(poll(&w, 1, 5000), 1);
+    }
+    SYS(shutdown(fd, SHUT_WR));
+    p_barrier(r);
+    SYS(close(fd));
+}
+
+static void early_stream_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    p_sleep_ms(20);
+    static char want[EARLY_STREAM], got[EARLY_STREAM];
+    p_fill(want, sizeof want, 7);
+    p_read_all(fd, got, sizeof got);
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    p_barrier(r);
+    SYS(close(fd));
+}
+
 /* ---- non-blocking connect ------------------------------------------------------ */
 
 static void echo_server(struct p_role *r)
@@ -476,11 +566,11 @@ int main(void)
     p_case("bound_client", blocking_server, bound_client, P_CARRIED);
     p_expect_carried(2);
     p_case("accept4_flags", accept4_server, accept4_client, P_CARRIED);
-    p_case_known_bug("accept4_nonblock_write_at_once", write_at_once_server,
-                     write_at_once_client, P_CARRIED,
-                     "BUG preload/accept-nonblock-eagain: send() right after "
-                     "accept4(SOCK_NONBLOCK) fails with EAGAIN (and poll gives no POLLOUT) until "
-                     "the client answers the pairing; kernel TCP sends at once");
+    p_case("accept4_nonblock_write_at_once", write_at_once_server, write_at_once_client,
+           P_CARRIED);
+    p_case("greeting_then_close", greet_close_server, greet_close_client, P_CARRIED);
+    p_case("greeting_then_shutdown", greet_shutdown_server, greet_shutdown_client, P_CARRIED);
+    p_case("stream_from_accept", early_stream_server, early_stream_client, P_CARRIED);
     p_case("nonblocking_connect", echo_server, nonblocking_client, P_CARRIED);
     p_case("refused", idle_server, refused_client, P_NO_STATS);
     p_expect_carried(NPEND);

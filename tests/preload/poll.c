@@ -435,10 +435,7 @@ int main(void)
     p_case("select", mixed_server, run_select, P_CARRIED);
     p_case("pselect", mixed_server, run_pselect, P_CARRIED);
     p_case("bad_descriptors", quiet_server, nval_client, P_CARRIED);
-    p_case_known_bug("writable_right_after_connect", quiet_server, writable_client, P_CARRIED,
-                     "BUG preload/tentative-not-writable: until the pairing completes a "
-                     "connected socket is not reported writable (poll/select with timeout 0 "
-                     "right after connect() give 0; kernel TCP: POLLOUT at once)");
+    p_case("writable_right_after_connect", quiet_server, writable_client, P_CARRIED);
     p_case("pending_signal_mask", quiet_server, sigmask_client, P_CARRIED);
     p_case("signal_during_wait", data_server, signal_wait_client, P_CARRIED);
     p_case("signal_during_spinning_wait", data_server, signal_spin_client, P_CARRIED);
