@@ -12,16 +12,30 @@
 
 #include "preload.h"
 #include "sock.h"
+#include "waits.h"
 
 /* Each call: -1 means "not carried, use the kernel"; otherwise the result. */
 #define KERNEL (-2)
+
+/* A blocked recv or send interrupted by handlers that all had SA_RESTART
+ * starts again, as the kernel's socket calls do (signal(7)). */
+static bool restartable(ssize_t n, unsigned interrupting_before)
+{
+    return n < 0 && errno == EINTR &&
+           atomic_load_explicit(preload_interrupt_count(), memory_order_relaxed) ==
+               interrupting_before;
+}
 
 static ssize_t via_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
     int r = tp_prepare(fd, flags);
     if (r <= 0)
         return r == 0 ? KERNEL : -1;
-    ssize_t n = sov_recvv(fd, iov, iovcnt, flags);
+    unsigned before = atomic_load_explicit(preload_interrupt_count(), memory_order_relaxed);
+    ssize_t n;
+    do
+        n = sov_recvv(fd, iov, iovcnt, flags);
+    while (restartable(n, before));
     if (n < 0 && errno == EBADF && !carried(fd))
         return KERNEL; /* fell back or was closed meanwhile: the kernel says which */
     return n;
@@ -35,7 +49,11 @@ static ssize_t via_send(int fd, const struct iovec *iov, int iovcnt, int flags)
     int r = tp_prepare(fd, flags);
     if (r <= 0)
         return r == 0 ? KERNEL : -1;
-    ssize_t n = sov_sendv(fd, iov, iovcnt, flags);
+    unsigned before = atomic_load_explicit(preload_interrupt_count(), memory_order_relaxed);
+    ssize_t n;
+    do
+        n = sov_sendv(fd, iov, iovcnt, flags);
+    while (restartable(n, before));
     if (n < 0 && errno == EBADF && !carried(fd))
         return KERNEL;
     return n;

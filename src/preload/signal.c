@@ -6,7 +6,9 @@
  * EINTR when a handler runs; the kernel's waits always do (they are never
  * restarted, whatever SA_RESTART says). So the program's handlers are
  * installed behind a trampoline that bumps a thread-local counter first,
- * and a wait ends with EINTR once the counter moved. sigaction reports the
+ * and a wait ends with EINTR once the counter moved. A second counter, of
+ * the handlers without SA_RESTART, lets a recv or send on a carried socket
+ * restart as the kernel's would when every handler that ran asked for it. sigaction reports the
  * program's own handler and flags back; the calls that install handlers
  * through glibc's internals (signal, sysv_signal, sigset) are completed,
  * then their handler is wrapped the same way.
@@ -21,10 +23,17 @@
 #include "waits.h"
 
 static __thread _Atomic unsigned handled __attribute__((tls_model("initial-exec")));
+/* Of those, the handlers installed without SA_RESTART. */
+static __thread _Atomic unsigned interrupting __attribute__((tls_model("initial-exec")));
 
 const _Atomic unsigned *preload_signal_count(void)
 {
     return &handled;
+}
+
+const _Atomic unsigned *preload_interrupt_count(void)
+{
+    return &interrupting;
 }
 
 /* The program's disposition of one signal: two slots, the current one read
@@ -67,6 +76,8 @@ static void trampoline(int sig, siginfo_t *info, void *uc)
 {
     atomic_fetch_add_explicit(&handled, 1, memory_order_relaxed);
     struct action a = current(sig);
+    if (!(a.flags & SA_RESTART))
+        atomic_fetch_add_explicit(&interrupting, 1, memory_order_relaxed);
     if (a.flags & SA_RESETHAND) /* the kernel has just done the same */
         store(sig, (void *)SIG_DFL, 0);
     if (a.handler == (void *)SIG_DFL || a.handler == (void *)SIG_IGN)

@@ -10,6 +10,8 @@
 
 /* signal.c: the calling thread's count of signal handlers run. */
 const _Atomic unsigned *preload_signal_count(void);
+/* Of those, the handlers installed without SA_RESTART. */
+const _Atomic unsigned *preload_interrupt_count(void);
 
 /* epoll.c: is fd an epoll set with carried entries (its own, or in a set
  * nested in it)? */

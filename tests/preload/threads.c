@@ -306,10 +306,6 @@ int main(void)
     p_case("shutdown_wakes_recv", shut_server, shut_client, P_CARRIED);
     p_case("full_duplex_threads", duplex_server, duplex_client, P_CARRIED);
     p_case("signal_eintr", late_data_server, eintr_client, P_CARRIED);
-    p_case_known_bug("signal_sa_restart", late_data_server, restart_client, P_CARRIED,
-                     "BUG preload/sa-restart: a recv() blocked on a carried socket fails with "
-                     "EINTR when a SA_RESTART handler runs; Linux restarts it (docs/SOCKETS.md "
-                     "says sov_* calls are not restarted, but under the preload the libc call "
-                     "must behave as the kernel's)");
+    p_case("signal_sa_restart", late_data_server, restart_client, P_CARRIED);
     return p_done();
 }
