@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,7 @@
 
 #define MAX_SETS 65536
 #define MAX_DEPTH 6      /* sets looked into at once (the kernel nests 4 levels) */
+#define NESTED_TRIES 64  /* a nested set's lock is tried that often (look_lock) */
 #define KERNEL_EVERY 64  /* spinning: rounds between looks at the kernel set */
 #define KERNEL_QUIET_NS 10000 /* a kernel set found empty is left alone as long */
 #define TAG_OURS 0x736f7669u /* "sovi": a placeholder's tag, with its descriptor */
@@ -203,18 +205,33 @@ void epoll_close_fd(int fd)
 /* The sets this thread holds locked while looking into nested ones,
  * outermost first. A set met again (a cycle, possible only through a
  * descriptor closed and reused behind our back) is not looked into: it
- * would deadlock. */
+ * would deadlock. Such a cycle also locks its sets in both orders, a wait
+ * on either set taking its own lock first: two threads waiting on one set
+ * each would deadlock. So only the outermost set is locked outright; a set
+ * looked into from another is tried, NESTED_TRIES times (its holder, a
+ * scan or an epoll_ctl, is quick), and else left with *busy set: its
+ * readiness is unknown this time. */
 static __thread struct epset *looking[MAX_DEPTH] __attribute__((tls_model("initial-exec")));
 static __thread int nlooking __attribute__((tls_model("initial-exec")));
 
-static bool look_lock(struct epset *s)
+static bool look_lock(struct epset *s, bool *busy)
 {
     if (nlooking == MAX_DEPTH)
         return false;
     for (int i = 0; i < nlooking; i++)
         if (looking[i] == s)
             return false;
-    pthread_mutex_lock(&s->lock);
+    if (nlooking == 0) {
+        pthread_mutex_lock(&s->lock);
+    } else {
+        for (int tries = 1; pthread_mutex_trylock(&s->lock) != 0; tries++) {
+            if (tries == NESTED_TRIES) {
+                *busy = true;
+                return false;
+            }
+            sched_yield();
+        }
+    }
     looking[nlooking++] = s;
     return true;
 }
@@ -225,7 +242,7 @@ static void look_unlock(struct epset *s)
     pthread_mutex_unlock(&s->lock);
 }
 
-static bool set_peek(struct epset *s);
+static bool set_peek(struct epset *s, bool *pending);
 
 /* The entry's readiness as epoll bits; *gone when it no longer stands for a
  * carried socket (closed, or fell back to the kernel) or an epoll set. */
@@ -238,7 +255,7 @@ static uint32_t readiness(struct item *it, bool *pending, bool *gone)
             *gone = true;
             return 0;
         }
-        return set_peek(inner) ? EPOLLIN : 0;
+        return set_peek(inner, pending) ? EPOLLIN : 0; /* busy: pending */
     }
     struct sov_sock *s = sov_lookup(it->fd);
     if (!s) {
@@ -278,17 +295,18 @@ static uint32_t readiness(struct item *it, bool *pending, bool *gone)
 }
 
 /* Would a wait on the set report one of its carried or nested entries?
- * Looks without consuming edges or one-shots, as poll on an epoll set. */
-static bool set_peek(struct epset *s)
+ * Looks without consuming edges or one-shots, as poll on an epoll set.
+ * *pending: a socket still pairing, or a nested set busy (look again). */
+static bool set_peek(struct epset *s, bool *pending)
 {
-    if ((!atomic_load(&s->ncarried) && !atomic_load(&s->nnested)) || !look_lock(s))
+    if ((!atomic_load(&s->ncarried) && !atomic_load(&s->nnested)) || !look_lock(s, pending))
         return false;
-    bool ready = false, pending = false, gone;
+    bool ready = false, gone;
     for (unsigned i = 0; i < s->n && !ready; i++) {
         struct item copy = s->v[i];
         if (copy.disabled)
             continue;
-        uint32_t r = readiness(&copy, &pending, &gone) & (copy.events | EPOLLERR | EPOLLHUP);
+        uint32_t r = readiness(&copy, pending, &gone) & (copy.events | EPOLLERR | EPOLLHUP);
         if (copy.events & EPOLLET)
             r &= ~copy.last;
         ready = r != 0;
@@ -297,13 +315,15 @@ static bool set_peek(struct epset *s)
     return ready;
 }
 
-/* Does the set (or one nested in it) hold a carried entry? */
+/* Does the set (or one nested in it) hold a carried entry? A nested set
+ * found busy may: waiting our way is right for any set. */
 static bool set_active(struct epset *s)
 {
     if (atomic_load(&s->ncarried))
         return true;
-    if (!atomic_load(&s->nnested) || !look_lock(s))
-        return false;
+    bool busy = false;
+    if (!atomic_load(&s->nnested) || !look_lock(s, &busy))
+        return busy;
     bool active = false;
     for (unsigned i = 0; i < s->n && !active; i++) {
         struct epset *inner = s->v[i].kind == NESTED ? set_of(s->v[i].fd) : NULL;
@@ -326,7 +346,8 @@ static short epoll_user_revents(int fd, short events)
     struct epset *s = set_of(fd);
     if (!s || !(events & (POLLIN | POLLRDNORM)) || !atomic_load(&s->is_epoll))
         return 0;
-    return set_peek(s) ? (short)(events & (POLLIN | POLLRDNORM)) : 0;
+    bool pending = false;
+    return set_peek(s, &pending) ? (short)(events & (POLLIN | POLLRDNORM)) : 0;
 }
 
 /* ---- epoll_ctl ------------------------------------------------------------------- */
@@ -511,7 +532,7 @@ static int scan(int epfd, struct epset *s, struct epoll_event *out, int n, int m
 {
     int n0 = n;
     bool swept = false;
-    if (!look_lock(s))
+    if (!look_lock(s, pending)) /* outermost: never busy */
         return n;
     unsigned count = s->n, i = s->cursor < count ? s->cursor : 0;
     for (unsigned k = 0; k < count && n < max; k++, i = i + 1 < count ? i + 1 : 0) {

@@ -878,12 +878,6 @@ static void signal_spin_client(struct p_role *r)
     signal_wait_run(r, true);
 }
 
-#define STALE_CYCLE_BUG                                                                   \
-    "BUG preload/epoll-stale-cycle-lock-order: a wait locks its set, then the sets "      \
-    "nested in it; a stale cycle (an epoll descriptor closed behind the preload's back "  \
-    "and reused) has each set nested in the other, so waits on the two sets lock them "  \
-    "in opposite orders and two threads deadlock (patch tsan-preload-epoll-cycle.patch)"
-
 int main(void)
 {
     p_init("epoll");
@@ -901,14 +895,9 @@ int main(void)
     p_case("nested_no_spurious_wakeup", feeder_server, nested_quiet_client, P_CARRIED);
     p_case("nested_socket_added_late", feeder_server, nested_late_client, P_CARRIED);
     p_case("nested_kernel_and_carried_parts", feeder_server, nested_parts_client, P_CARRIED);
-#if defined(__SANITIZE_THREAD__) /* TSan sees the two orders even in one thread */
-    p_case_known_bug("nested_stale_cycle", feeder_server, stale_cycle_client, P_CARRIED,
-                     STALE_CYCLE_BUG);
-#else
     p_case("nested_stale_cycle", feeder_server, stale_cycle_client, P_CARRIED);
-#endif
-    p_case_known_bug("nested_stale_cycle_two_waiters", feeder_server,
-                     stale_cycle_threads_client, P_CARRIED, STALE_CYCLE_BUG);
+    p_case("nested_stale_cycle_two_waiters", feeder_server, stale_cycle_threads_client,
+           P_CARRIED);
     p_case("poll_on_epoll_fd", feeder_server, poll_epfd_client, P_CARRIED);
     p_case("pwait_pending_signal", feeder_server, pwait_signal_client, P_CARRIED);
     p_case("signal_during_wait", feeder_server, signal_wait_client, P_CARRIED);
