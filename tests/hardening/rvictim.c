@@ -19,7 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "svictim.h" /* the commands and the round's report */
 
 static const char *mode = "rvictim";
 
@@ -111,7 +110,21 @@ struct conn {
 static struct conn conns[MAXC];
 static int nconns;
 static struct sv_report rep;
+static double max_call_ms; /* of the round */
 static bool in_round;
+
+/* Times one socket call of the round. */
+static double call_t0;
+static void call_begin(void)
+{
+    call_t0 = rv_now_ms();
+}
+static void call_end(void)
+{
+    double ms = rv_now_ms() - call_t0;
+    if (ms > max_call_ms)
+        max_call_ms = ms;
+}
 
 /* Every connection but the healthy one is reset (SO_LINGER {1, 0}), as a
  * server drops a client it gave up on: nothing lingers for a peer that
@@ -119,12 +132,14 @@ static bool in_round;
 static void close_conn(int k)
 {
     struct conn *c = &conns[k];
+    call_begin();
     if (c->role != HEALTHY) {
         struct linger l = {1, 0};
         RV_CHECK(setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0,
                  "SO_LINGER: %s", strerror(errno));
     }
     RV_CHECK(close(c->fd) == 0, "close(%d): %s", c->fd, strerror(errno));
+    call_end();
     free(c->out);
     *c = conns[--nconns];
 }
@@ -146,7 +161,9 @@ static int flush_out(int k)
 {
     struct conn *c = &conns[k];
     while (c->out_len) {
+        call_begin();
         ssize_t w = send(c->fd, c->out, c->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        call_end();
         if (w < 0)
             return failed(k, "send");
         if (c->role == HOSTILE)
@@ -163,7 +180,9 @@ static int read_in(int k)
     struct conn *c = &conns[k];
     if (c->out_len == BUF)
         return flush_out(k);
+    call_begin();
     ssize_t n = recv(c->fd, c->out + c->out_len, BUF - c->out_len, MSG_DONTWAIT);
+    call_end();
     if (n < 0)
         return failed(k, "recv");
     if (n == 0) {
@@ -190,7 +209,12 @@ static void add_conn(int fd, enum role role)
 static void accept_all(int lfd)
 {
     int fd;
-    while ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+    for (;;) {
+        call_begin();
+        fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        call_end();
+        if (fd < 0)
+            break;
         bool hostile = in_round && !rep.accepted;
         if (hostile)
             rep.accepted = 1;
@@ -234,6 +258,7 @@ static bool command(int chan)
     rv_get(chan, &cmd, 1);
     if (cmd == 'R') {
         rep = (struct sv_report){0};
+        max_call_ms = 0;
         in_round = true;
     } else if (cmd == 'S') {
         /* What the round's connection has to say first (an error poll has
@@ -242,7 +267,8 @@ static bool command(int chan)
         if (k >= 0 && !read_in(k))
             close_conn(find(HOSTILE));
         in_round = false;
-        rv_put(chan, &rep, sizeof rep);
+        struct rv_report r = {rep, max_call_ms};
+        rv_put(chan, &r, sizeof r);
     } else {
         RV_CHECK(cmd == 'Q', "unknown command %c", cmd);
         return false;

@@ -12,10 +12,11 @@
  *
  * The server echoes every connection byte for byte with non-blocking
  * sockets and poll(), each poll with a 200 ms timeout (it records how far
- * any ran past it). Its commands (one byte each) are svictim.h's: 'R' a
- * round starts (the next connection accepted is the round's), 'S' it ends
- * (that connection, if still open, is reset with SO_LINGER {1, 0}, and the
- * round's struct sv_report is written), 'Q' quit (every other connection
+ * any ran past it, and how long its longest socket call took). Its
+ * commands (one byte each) are svictim.h's: 'R' a round starts (the next
+ * connection accepted is the round's), 'S' it ends (that connection, if
+ * still open, is reset with SO_LINGER {1, 0}, and the round's struct
+ * rv_report is written), 'Q' quit (every other connection
  * is reset; 'q' answers), then 'c' once the healthy client closed (the
  * server reads its end of stream and exits 0). The healthy connection
  * failing in any way fails the server (exit 1).
@@ -31,8 +32,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "svictim.h" /* the commands and struct sv_report */
+
 #define RV_QUIT UINT64_MAX
 #define RV_ECHO_MS 3000
+
+/* The server's report of a round: svictim.h's, and the longest socket
+ * call it made (accept4, recv, send, setsockopt, close: all non-blocking,
+ * or a close that resets, so none may wait). */
+struct rv_report {
+    struct sv_report sv;
+    double max_call_ms;
+};
 
 /* ---- In the rvictim executable ------------------------------------------------ */
 
