@@ -163,15 +163,15 @@ ssize_t tp_send_early(int fd, const struct iovec *iov, int iovcnt)
     return n > 0 ? n : 0;
 }
 
-/* Early bytes are waiting for the client's answer. */
-static bool holds_early(int fd)
+/* Early bytes must leave before the end of the stream (see
+ * sov_tp_settle_soon). */
+static void settle_early(int fd)
 {
     struct sov_sock *s = lock_carried(fd);
-    if (!s)
-        return false;
-    bool held = s->conn && s->conn->early_len;
-    sov_unlock(&s->lock);
-    return held;
+    if (s && s->conn && s->conn->early_len && sov_tp_settle_soon(s) == SOV_TP_FELL_BACK)
+        return; /* unlocked */
+    if (s)
+        sov_unlock(&s->lock);
 }
 
 /* ---- The calls --------------------------------------------------------------- */
@@ -328,9 +328,9 @@ PRELOAD_EXPORT int close(int fd)
 PRELOAD_EXPORT int shutdown(int fd, int how)
 {
     preload_ready();
-    /* Early bytes go the way the client reads before anything ends. */
-    int wait = holds_early(fd) ? 0 : MSG_DONTWAIT;
-    if (carried(fd) && tp_prepare(fd, wait) != 0 && sov_shutdown(fd, how) != 0 &&
+    if (carried(fd))
+        settle_early(fd);
+    if (carried(fd) && tp_prepare(fd, MSG_DONTWAIT) != 0 && sov_shutdown(fd, how) != 0 &&
         errno != EBADF)
         return -1;
     return real.shutdown(fd, how);

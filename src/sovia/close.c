@@ -243,7 +243,7 @@ void sov_close_connected(struct sov_sock *s)
     struct sov_conn *c = s->conn;
     sov_progress(s);
     if (s->tp_waiting && !c->tentative_since_ns)
-        sov_tp_close_settle(s);
+        sov_tp_close_settle(s, s->linger.l_onoff && s->linger.l_linger == 0);
     /* An unpaired sovia run connection has nobody to say FIN to yet. One
      * whose WAKEUPs crossed (the client answered, or the server heard the
      * answer) is paired for the other end already: it closes gracefully. */

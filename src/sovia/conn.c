@@ -525,6 +525,36 @@ static void settle(struct sov_listener *l, struct establishing *e, unsigned *n)
     *n = kept;
 }
 
+static bool queued_conn_broken(struct sov_conn *c)
+{
+    VIP_VI_STATE st;
+    VIP_VI_ATTRIBUTES at;
+    VIP_BOOLEAN sq, rq;
+    return VipQueryVi(c->vi, &st, &at, &sq, &rq) != VIP_SUCCESS || st != VIP_STATE_CONNECTED;
+}
+
+/* Takes entry i out of the accept queue, keeping the order (caller holds
+ * the socket's wait_lock). */
+static struct sov_conn *queue_take(struct sov_listener *l, unsigned i)
+{
+    struct sov_conn *c = l->q[(l->head + i) % l->cap].conn;
+    for (unsigned j = i; j + 1 < l->count; j++)
+        l->q[(l->head + j) % l->cap] = l->q[(l->head + j + 1) % l->cap];
+    l->count--;
+    return c;
+}
+
+/* sovia run: a queued VI whose client went (it gave up pairing, or died)
+ * is dropped now, not at the program's next accept(), which may be far. */
+static void prune_broken(struct sov_listener *l)
+{
+    pthread_mutex_lock(&l->s->wait_lock);
+    for (unsigned i = 0; i < l->count; i++)
+        if (queued_conn_broken(l->q[(l->head + i) % l->cap].conn))
+            sov_conn_destroy(queue_take(l, i--));
+    pthread_mutex_unlock(&l->s->wait_lock);
+}
+
 static void *connection_thread(void *arg)
 {
     struct sov_listener *l = arg;
@@ -546,6 +576,8 @@ static void *connection_thread(void *arg)
         }
         if (r != VIP_SUCCESS) {
             settle(l, est, &nest);
+            if (l->transparent)
+                prune_broken(l);
             continue;
         }
         struct pending p = {0};
@@ -735,14 +767,6 @@ int sov_connect_tentative(struct sov_conn *c, const struct sockaddr *local,
     return err;
 }
 
-static bool queued_conn_broken(struct sov_conn *c)
-{
-    VIP_VI_STATE st;
-    VIP_VI_ATTRIBUTES at;
-    VIP_BOOLEAN sq, rq;
-    return VipQueryVi(c->vi, &st, &at, &sq, &rq) != VIP_SUCCESS || st != VIP_STATE_CONNECTED;
-}
-
 /* The server half, from accept(): takes the queued connection whose client
  * port is the kernel peer's, pairs it (our WAKEUP, then the client's) and
  * returns it; NULL when the client does not run sovia or gave up. */
@@ -761,11 +785,7 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, const struct sockaddr *pee
             bool broken = queued_conn_broken(p->conn);
             if (!broken && sov_addr_port((struct sockaddr *)&p->peer) != port)
                 continue;
-            struct sov_conn *taken = p->conn;
-            for (unsigned j = i; j + 1 < l->count; j++) /* keep the order */
-                l->q[(l->head + j) % l->cap] = l->q[(l->head + j + 1) % l->cap];
-            l->count--;
-            i--;
+            struct sov_conn *taken = queue_take(l, i--);
             if (broken) {
                 sov_conn_destroy(taken);
                 continue;

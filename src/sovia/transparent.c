@@ -205,16 +205,25 @@ static void send_early(struct sov_sock *s)
     sov_do_send(s, &v, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-/* A server closing before its client answered: the client may be
- * answering right now, and would then take the VI going as a reset. Wait
- * (up to the pairing timeout) for its answer (then early bytes are sent and
- * the close is graceful) or for its fall back (then they go to the kernel
- * socket, and so does the end of stream). Caller holds the lock, on a
- * socket no longer in the table. */
-void sov_tp_close_settle(struct sov_sock *s)
+/* A server closing before its client answered. The client may be
+ * answering right now, and would then take the VI going as a reset: a
+ * brief wait (CLOSE_ANSWER_NS; a client in a sovia call, or its service
+ * thread, answers within microseconds) lets the close be graceful. Early
+ * bytes also go to the kernel socket first, for a client that falls back
+ * (one that pairs reads the VI and never looks there), so no wait is
+ * needed for them. An abortive close (SO_LINGER {1, 0}) neither waits nor
+ * sends. Caller holds the lock, on a socket no longer in the table. */
+#define CLOSE_ANSWER_NS 20000000u
+
+static void write_kernel(struct sov_sock *s);
+
+void sov_tp_close_settle(struct sov_sock *s, bool abortive)
 {
-    uint64_t end = sov_now_ns() + pair_timeout_ns();
-    while (s->conn && !s->conn->tentative_since_ns) {
+    if (abortive || !s->conn || s->conn->tentative_since_ns)
+        return;
+    write_kernel(s);
+    uint64_t end = sov_now_ns() + CLOSE_ANSWER_NS;
+    for (;;) {
         sov_progress(s);
         struct sov_conn *c = s->conn;
         if (c->peer_window && !c->reset) {
@@ -223,7 +232,7 @@ void sov_tp_close_settle(struct sov_sock *s)
         }
         if (c->reset || sov_now_ns() > end) {
             atomic_fetch_add(&sov_g.tp_fell_back, 1);
-            sov_tp_early_to_kernel(s);
+            c->early_len = 0;
             return;
         }
         sov_unlock(&s->lock);
@@ -233,7 +242,8 @@ void sov_tp_close_settle(struct sov_sock *s)
     }
 }
 
-void sov_tp_early_to_kernel(struct sov_sock *s)
+/* Writes the early bytes to the kernel socket, keeping them. */
+static void write_kernel(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
     if (!c || !c->early_len)
@@ -256,7 +266,13 @@ void sov_tp_early_to_kernel(struct sov_sock *s)
         struct timespec slice = {0, 10000000};
         syscall(SYS_ppoll, &p, 1, &slice, NULL, 0);
     }
-    c->early_len = 0;
+}
+
+void sov_tp_early_to_kernel(struct sov_sock *s)
+{
+    write_kernel(s);
+    if (s->conn)
+        s->conn->early_len = 0;
 }
 
 /* Caller holds s->lock. Paired once the peer's WAKEUP opened our window
@@ -279,20 +295,48 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
         fall_back(s);
         return SOV_TP_FELL_BACK;
     }
-    if (!c->tentative_since_ns)
-        return SOV_TP_PENDING; /* the server waits for the client's answer */
-    /* The server speaking (or closing) on the kernel socket means it did
-     * not pair: it runs without sovia, or accepted in another process. */
+    /* The other end speaking (or closing) on the kernel socket means it did
+     * not pair. For a client: the server runs without sovia, or accepted in
+     * another process. For a server awaiting the answer: the client gave
+     * up (it drops its VI first) or does not keep to the protocol; its
+     * bytes must be read where it wrote them. */
     struct pollfd p = {.fd = s->fd, .events = POLLIN};
     struct timespec zero = {0, 0};
     /* The system call itself: poll() is the preload's, which would come back
      * here for this very socket. */
-    if (syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0 ||
-        sov_now_ns() - c->tentative_since_ns > pair_timeout_ns()) {
+    bool spoke = syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0;
+    if (spoke || (c->tentative_since_ns &&
+                  sov_now_ns() - c->tentative_since_ns > pair_timeout_ns())) {
         fall_back(s);
         return SOV_TP_FELL_BACK;
     }
     return SOV_TP_PENDING;
+}
+
+/* A server about to end its side (shutdown) with early bytes held: the
+ * client has CLOSE_ANSWER_NS to answer; else the connection falls back, so
+ * the bytes and the end go over the kernel socket, in order. Caller holds
+ * the lock; released if it fell back. */
+enum sov_tp_state sov_tp_settle_soon(struct sov_sock *s)
+{
+    uint64_t end = sov_now_ns() + CLOSE_ANSWER_NS;
+    for (;;) {
+        enum sov_tp_state st = sov_tp_settle(s);
+        if (st != SOV_TP_PENDING)
+            return st;
+        if (!s->conn->early_len)
+            return st; /* nothing held: a FIN after nothing is in order */
+        if (sov_now_ns() > end) {
+            fall_back(s);
+            return SOV_TP_FELL_BACK;
+        }
+        sov_unlock(&s->lock);
+        struct timespec pause = {0, 100000};
+        nanosleep(&pause, NULL);
+        sov_lock(&s->lock);
+        if (s->dead)
+            return SOV_TP_PENDING;
+    }
 }
 
 /* Caller holds s->lock; returns with it released. The descriptor stays

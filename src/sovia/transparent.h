@@ -48,10 +48,15 @@ ssize_t sov_tp_send_early(struct sov_sock *s, const struct iovec *iov, int iovcn
 bool sov_tp_early_room(const struct sov_sock *s);
 /* The early bytes go to the kernel socket: the client is not on sovia. */
 void sov_tp_early_to_kernel(struct sov_sock *s);
-/* A server's close before its client answered: waits for the client to
- * pair or fall back, so that the end (and early bytes) go the way it reads
- * (lock held; released and taken again). */
-void sov_tp_close_settle(struct sov_sock *s);
+/* A server's close before its client answered: early bytes go to the
+ * kernel socket too, and a client answering right now gets a graceful
+ * close (lock held; released and taken again). Nothing for an abortive
+ * close. */
+void sov_tp_close_settle(struct sov_sock *s, bool abortive);
+
+/* Before a shutdown with early bytes held: waits briefly for the client's
+ * answer, else falls back (then the lock is released). */
+enum sov_tp_state sov_tp_settle_soon(struct sov_sock *s);
 
 /* Descriptor bookkeeping. */
 int sov_tp_dup(int oldfd, int newfd);
