@@ -25,13 +25,18 @@
 #include "sock.h"
 #include "transparent.h"
 
+/* Read on first use by whichever thread settles a socket first: the
+ * program's and the service thread, each under its own socket's lock, so
+ * the cache is atomic (racing first callers store the same value). */
 static uint64_t pair_timeout_ns(void)
 {
-    static uint64_t ns;
+    static _Atomic uint64_t cached;
+    uint64_t ns = atomic_load_explicit(&cached, memory_order_relaxed);
     if (!ns) {
         const char *v = getenv("SOVIA_PAIR_TIMEOUT_MS");
         long ms = v ? strtol(v, NULL, 10) : 1000;
         ns = (uint64_t)(ms > 0 ? ms : 1000) * 1000000u;
+        atomic_store_explicit(&cached, ns, memory_order_relaxed);
     }
     return ns;
 }
