@@ -193,7 +193,10 @@ int sov_conn_wakeup(struct sov_conn *c, VIP_DESCRIPTOR *d)
 int sov_progress(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
-    if (!c || c->cfg.handling != SOV_SINGLE)
+    /* HANDLER and NOTIFY take a connection over once it is established
+     * (sov_conn_attach_handling); a sovia run connection awaiting its
+     * pairing has nobody but its callers here to see the peer's WAKEUP. */
+    if (!c || (c->cfg.handling != SOV_SINGLE && !s->tp_waiting))
         return 0;
     int n = 0;
     VIP_DESCRIPTOR *d;
