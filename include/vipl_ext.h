@@ -70,6 +70,18 @@ typedef struct {
 VIP_RETURN VipxQueryViStats(VIP_VI_HANDLE ViHandle, VIPX_VI_STATS *Stats);
 
 /*
+ * A connection token: a descriptor the requester holds, sent with the
+ * VI's next VipConnectRequest (the shm provider passes it over its Unix
+ * socket, SCM_RIGHTS), so the listener can check something only the
+ * requester could give, e.g. that it owns a given kernel socket. The VI
+ * keeps a duplicate of Fd until that request returns; -1 sends none.
+ * The accepting side takes the token of a pending request (-1: none) with
+ * VipxConnToken before VipConnectAccept or VipConnectReject, and owns it.
+ */
+VIP_RETURN VipxViSetConnectToken(VIP_VI_HANDLE ViHandle, int Fd);
+VIP_RETURN VipxConnToken(VIP_CONN_HANDLE ConnHandle, int *Fd);
+
+/*
  * How long VipSendWait, VipRecvWait and VipCQWait poll before they sleep,
  * in microseconds, for every queue of the NIC. Spinning for about what a
  * sleep and wake-up costs bounds the waiter's time at twice the best

@@ -64,8 +64,11 @@ void listener_drop(int fd)
 void listeners_after_fork_child(void)
 {
     pthread_mutex_init(&shadows_lock, NULL);
-    for (struct shadow *h = shadows; h; h = h->next)
+    for (struct shadow *h = shadows; h; h = h->next) {
+        if (!h->inherited)
+            sov_tp_listen_forked(h->l);
         h->inherited = true;
+    }
 }
 
 /* ---- Helpers ------------------------------------------------------------- */

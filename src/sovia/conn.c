@@ -9,8 +9,10 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <string.h>
 
@@ -20,7 +22,15 @@ struct pending {
     struct sov_conn *conn;
     struct sockaddr_storage peer;
     socklen_t peer_len;
+    int token; /* sovia run: the client's kernel socket, sent with its VI (-1: none) */
 };
+
+static void pending_drop(struct pending *p)
+{
+    sov_conn_destroy(p->conn);
+    if (p->token >= 0)
+        close(p->token);
+}
 
 /*
  * A connection accepted whose client has not sent its WAKEUP yet. The
@@ -520,7 +530,7 @@ static void settle(struct sov_listener *l, struct establishing *e, unsigned *n)
         if (st == 0 && now < e[i].deadline_ns)
             e[kept++] = e[i];
         else if (st <= 0 || !enqueue(l, &e[i].p))
-            sov_conn_destroy(e[i].p.conn);
+            pending_drop(&e[i].p);
     }
     *n = kept;
 }
@@ -535,13 +545,13 @@ static bool queued_conn_broken(struct sov_conn *c)
 
 /* Takes entry i out of the accept queue, keeping the order (caller holds
  * the socket's wait_lock). */
-static struct sov_conn *queue_take(struct sov_listener *l, unsigned i)
+static struct pending queue_take(struct sov_listener *l, unsigned i)
 {
-    struct sov_conn *c = l->q[(l->head + i) % l->cap].conn;
+    struct pending p = l->q[(l->head + i) % l->cap];
     for (unsigned j = i; j + 1 < l->count; j++)
         l->q[(l->head + j) % l->cap] = l->q[(l->head + j + 1) % l->cap];
     l->count--;
-    return c;
+    return p;
 }
 
 /* sovia run: a queued VI whose client went (it gave up pairing, or died)
@@ -550,9 +560,24 @@ static void prune_broken(struct sov_listener *l)
 {
     pthread_mutex_lock(&l->s->wait_lock);
     for (unsigned i = 0; i < l->count; i++)
-        if (queued_conn_broken(l->q[(l->head + i) % l->cap].conn))
-            sov_conn_destroy(queue_take(l, i--));
+        if (queued_conn_broken(l->q[(l->head + i) % l->cap].conn)) {
+            struct pending p = queue_take(l, i--);
+            pending_drop(&p); /* its token too: the client's socket goes */
+        }
     pthread_mutex_unlock(&l->s->wait_lock);
+}
+
+/* sovia run: while connections are queued, short slices drop those whose
+ * client went soon (each holds its client's kernel socket, whose end of
+ * stream waits for it). */
+static unsigned queue_slice(struct sov_listener *l)
+{
+    if (!l->transparent)
+        return 500;
+    pthread_mutex_lock(&l->s->wait_lock);
+    bool queued = l->count > 0;
+    pthread_mutex_unlock(&l->s->wait_lock);
+    return queued ? 20 : 500;
 }
 
 static void *connection_thread(void *arg)
@@ -568,7 +593,8 @@ static void *connection_thread(void *arg)
          * here, VipConnectWait would quietly listen again; the slice lets
          * the thread see `stop` (and the unlisten below undoes that). While
          * connections are establishing, short slices look at them often. */
-        VIP_RETURN r = VipConnectWait(sov_g.nic, l->addr, nest ? 2 : 500, remote, &ra, &ch);
+        VIP_RETURN r = VipConnectWait(sov_g.nic, l->addr, nest ? 2 : queue_slice(l), remote, &ra,
+                                      &ch);
         if (r == VIP_INVALID_STATE || atomic_load(&l->stop)) {
             if (r == VIP_SUCCESS)
                 VipConnectReject(ch);
@@ -580,7 +606,7 @@ static void *connection_thread(void *arg)
                 prune_broken(l);
             continue;
         }
-        struct pending p = {0};
+        struct pending p = {.token = -1};
         int err;
         pthread_mutex_lock(&l->s->wait_lock);
         bool full = l->count + nest >= l->cap;
@@ -596,6 +622,8 @@ static void *connection_thread(void *arg)
         pthread_mutex_lock(&l->s->wait_lock);
         l->establishing_port = sov_addr_port((struct sockaddr *)&p.peer);
         pthread_mutex_unlock(&l->s->wait_lock);
+        if (l->transparent) /* accept() checks it against the kernel connection */
+            VipxConnToken(ch, &p.token);
         bool ok = VipConnectAccept(ch, p.conn->vi) == VIP_SUCCESS;
         int st = 1; /* sovia run: WAKEUP waits for accept() */
         if (ok && !l->transparent) {
@@ -613,11 +641,11 @@ static void *connection_thread(void *arg)
             l->establishing_port = 0;
             pthread_cond_broadcast(&l->s->cond);
             pthread_mutex_unlock(&l->s->wait_lock);
-            sov_conn_destroy(p.conn);
+            pending_drop(&p);
         }
     }
     for (unsigned i = 0; i < nest; i++)
-        sov_conn_destroy(est[i].p.conn);
+        pending_drop(&est[i].p);
     VipxUnlisten(sov_g.nic, l->addr); /* an implicit re-listen, if any */
     return NULL;
 }
@@ -684,8 +712,30 @@ void sov_listen_stop(struct sov_sock *s)
     VipxUnlisten(sov_g.nic, l->addr); /* wakes VipConnectWait */
     pthread_join(l->thread, NULL);
     for (unsigned i = 0; i < l->count; i++)
-        sov_conn_destroy(l->q[(l->head + i) % l->cap].conn);
+        pending_drop(&l->q[(l->head + i) % l->cap]);
     listener_free(l);
+}
+
+/*
+ * In a forked child (fork handler, one thread): the queue stays the
+ * parent's (its connection thread serves it), but the child got copies of
+ * the tokens, the clients' kernel sockets, and would hold those
+ * connections open as long as it lives (a client's close would send no
+ * FIN). They go; if the parent's thread held the queue at the fork, the
+ * copy may be half written and is left alone.
+ */
+void sov_listen_forked(struct sov_sock *s)
+{
+    struct sov_listener *l = s->lst;
+    if (!l || l->owner == getpid() || pthread_mutex_trylock(&s->wait_lock) != 0)
+        return;
+    for (unsigned i = 0; i < l->count; i++) {
+        struct pending *p = &l->q[(l->head + i) % l->cap];
+        if (p->token >= 0)
+            syscall(SYS_close, p->token); /* not the preload's close() */
+        p->token = -1;
+    }
+    pthread_mutex_unlock(&s->wait_lock);
 }
 
 bool sov_accept_ready(struct sov_sock *s)
@@ -715,6 +765,8 @@ struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *pe
             l->head = (l->head + 1) % l->cap;
             l->count--;
             pthread_mutex_unlock(&s->wait_lock);
+            if (p.token >= 0)
+                close(p.token);
             *peer = p.peer;
             *peer_len = p.peer_len;
             return p.conn;
@@ -745,12 +797,14 @@ struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *pe
 /* The client half: a VI connection from `local` (the kernel socket's own
  * address, so the server can match it) that stays tentative until the
  * server's accept() pairs it and sends its WAKEUP. 0 or -errno. */
-int sov_connect_tentative(struct sov_conn *c, const struct sockaddr *local,
+int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *local,
                           const struct sockaddr *peer)
 {
     VIP_NET_ADDRESS *la = sov_vi_address(local), *ra_addr = sov_vi_address(peer);
     int err = -ENOMEM;
-    if (la && ra_addr) {
+    /* The kernel socket goes with the request: the server's accept()
+     * pairs the VI only with that socket's connection (sov_accept_match). */
+    if (la && ra_addr && VipxViSetConnectToken(c->vi, fd) == VIP_SUCCESS) {
         VIP_VI_ATTRIBUTES ra;
         /* No listener answers at once; a busy one gets a second. */
         VIP_RETURN r = VipConnectRequest(c->vi, la, ra_addr, 1000, &ra);
@@ -767,10 +821,62 @@ int sov_connect_tentative(struct sov_conn *c, const struct sockaddr *local,
     return err;
 }
 
+/* An IPv4-mapped IPv6 address as the IPv4 one, for comparing. */
+static void plain_addr(struct sockaddr_storage *a)
+{
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)a;
+    if (a->ss_family != AF_INET6 || !IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr))
+        return;
+    struct sockaddr_in s4 = {.sin_family = AF_INET, .sin_port = s6->sin6_port};
+    memcpy(&s4.sin_addr, &s6->sin6_addr.s6_addr[12], 4);
+    memset(a, 0, sizeof(*a));
+    memcpy(a, &s4, sizeof(s4));
+}
+
+static bool same_endpoint(struct sockaddr_storage *a, struct sockaddr_storage *b)
+{
+    plain_addr(a);
+    plain_addr(b);
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+    return a->ss_family == AF_INET6 && x->sin6_port == y->sin6_port &&
+           !memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr));
+}
+
+/*
+ * Whether `token`, the socket a client sent with its VI, is the other end
+ * of the kernel connection `fd` accept() returned: a TCP socket whose own
+ * address is fd's peer and whose peer is fd's own. A TCP connection's four
+ * addresses name one socket on this host, and another process can only
+ * hold it if its owner gave it away, so a VI that merely claims the
+ * client's port (docs/SECURITY.md) cannot pass.
+ */
+static bool token_matches(int token, int fd)
+{
+    int type = 0, proto = 0;
+    socklen_t tl = sizeof(type), pl = sizeof(proto);
+    struct sockaddr_storage t_own, t_peer, f_own, f_peer;
+    socklen_t l1 = sizeof(t_own), l2 = sizeof(t_peer), l3 = sizeof(f_own), l4 = sizeof(f_peer);
+    return token >= 0 && getsockopt(token, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
+           type == SOCK_STREAM && getsockopt(token, SOL_SOCKET, SO_PROTOCOL, &proto, &pl) == 0 &&
+           proto == IPPROTO_TCP && getsockname(token, (struct sockaddr *)&t_own, &l1) == 0 &&
+           getpeername(token, (struct sockaddr *)&t_peer, &l2) == 0 &&
+           getsockname(fd, (struct sockaddr *)&f_own, &l3) == 0 &&
+           getpeername(fd, (struct sockaddr *)&f_peer, &l4) == 0 &&
+           same_endpoint(&t_own, &f_peer) && same_endpoint(&t_peer, &f_own);
+}
+
 /* The server half, from accept(): takes the queued connection whose client
- * port is the kernel peer's, pairs it (our WAKEUP, then the client's) and
- * returns it; NULL when the client does not run sovia or gave up. */
-struct sov_conn *sov_accept_match(struct sov_sock *s, const struct sockaddr *peer)
+ * sent the kernel socket of `fd`'s connection, pairs it (our WAKEUP, then
+ * the client's) and returns it; NULL when the client does not run sovia or
+ * gave up. A queued VI from the same port that did not send that socket
+ * claims a connection that is not its own: it goes. */
+struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct sockaddr *peer)
 {
     uint16_t port = sov_addr_port(peer);
     struct sov_conn *c = NULL;
@@ -785,12 +891,14 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, const struct sockaddr *pee
             bool broken = queued_conn_broken(p->conn);
             if (!broken && sov_addr_port((struct sockaddr *)&p->peer) != port)
                 continue;
-            struct sov_conn *taken = queue_take(l, i--);
-            if (broken) {
-                sov_conn_destroy(taken);
+            bool ours = !broken && token_matches(p->token, fd);
+            struct pending taken = queue_take(l, i--);
+            if (!ours) { /* gone, or claims a connection that is not its own */
+                pending_drop(&taken);
                 continue;
             }
-            c = taken;
+            close(taken.token);
+            c = taken.conn;
             break;
         }
         if (c || l->establishing_port != port || sov_now_ns() > end)

@@ -280,10 +280,11 @@ int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uin
                     VIP_MEM_HANDLE mh);
 int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);
 int sov_listen_start(struct sov_sock *s, int backlog, bool transparent);
-int sov_connect_tentative(struct sov_conn *c, const struct sockaddr *local,
+int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *local,
                           const struct sockaddr *peer);
-struct sov_conn *sov_accept_match(struct sov_sock *s, const struct sockaddr *peer);
+struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct sockaddr *peer);
 void sov_listen_stop(struct sov_sock *s);
+void sov_listen_forked(struct sov_sock *s);
 struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *peer,
                                  socklen_t *peer_len, bool nonblock, int *err);
 bool sov_accept_ready(struct sov_sock *s);

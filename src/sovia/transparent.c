@@ -52,7 +52,7 @@ int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struc
         return -ENOMEM;
     s->gen++;
     struct sov_conn *c = sov_conn_create(&s->cfg, &err);
-    if (c && (err = sov_connect_tentative(c, local, peer)) != 0) {
+    if (c && (err = sov_connect_tentative(c, fd, local, peer)) != 0) {
         sov_conn_destroy(c);
         c = NULL;
     }
@@ -139,9 +139,14 @@ void sov_tp_unlisten(struct sov_sock *l)
     sov_sock_free(l);
 }
 
+void sov_tp_listen_forked(struct sov_sock *l)
+{
+    sov_listen_forked(l);
+}
+
 int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool nonblock)
 {
-    struct sov_conn *c = sov_accept_match(l, peer);
+    struct sov_conn *c = sov_accept_match(l, fd, peer);
     if (!c)
         return -ENOENT;
     struct sov_sock *s = sov_sock_adopt(fd, l->domain, nonblock);
@@ -282,40 +287,57 @@ void sov_tp_early_to_kernel(struct sov_sock *s)
 
 /* Caller holds s->lock. Paired once the peer's WAKEUP opened our window
  * (and, on the client, ours answered it). */
+/* Has the other end written on the kernel socket (or, for a client, closed
+ * it)? The system calls themselves: poll() and recv() are the preload's,
+ * which would come back here for this very socket. */
+static bool kernel_spoke(const struct sov_sock *s, bool server)
+{
+    if (server) { /* bytes only: an end of stream alone says nothing new */
+        char b;
+        return syscall(SYS_recvfrom, s->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT, NULL, NULL) > 0;
+    }
+    struct pollfd p = {.fd = s->fd, .events = POLLIN};
+    struct timespec zero = {0, 0};
+    return syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0;
+}
+
+/* Caller holds s->lock. Paired once the peer's WAKEUP opened our window
+ * (and, on the client, ours answered it). */
 enum sov_tp_state sov_tp_settle(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
     if (!c || !s->tp_waiting)
         return SOV_TP_PAIRED;
-    sov_progress(s);
-    if (c->peer_window && !c->tentative && !c->reset) {
-        s->tp_waiting = false;
-        atomic_fetch_add(&sov_g.tp_paired, 1);
-        sov_pairing_remove(s);
-        sov_conn_established(s);
-        send_early(s);
-        return SOV_TP_PAIRED;
+    bool server = !c->tentative_since_ns;
+    /* Twice at most: an answer that came while we looked at the kernel
+     * socket wins over what we saw there. */
+    for (int look = 0;; look++) {
+        sov_progress(s);
+        if (c->peer_window && !c->tentative && !c->reset) {
+            s->tp_waiting = false;
+            atomic_fetch_add(&sov_g.tp_paired, 1);
+            sov_pairing_remove(s);
+            sov_conn_established(s);
+            send_early(s);
+            return SOV_TP_PAIRED;
+        }
+        if (c->reset) {
+            fall_back(s);
+            return SOV_TP_FELL_BACK;
+        }
+        /* The other end speaking on the kernel socket did not pair. A
+         * client's server runs without sovia, or accepted in another
+         * process; a server's client gave up (it drops its VI first) or
+         * does not keep to the protocol: its bytes must be read where it
+         * wrote them. */
+        bool spoke = kernel_spoke(s, server);
+        if (!spoke && (server || sov_now_ns() - c->tentative_since_ns <= pair_timeout_ns()))
+            return SOV_TP_PENDING;
+        if (look == 1) {
+            fall_back(s);
+            return SOV_TP_FELL_BACK;
+        }
     }
-    if (c->reset) {
-        fall_back(s);
-        return SOV_TP_FELL_BACK;
-    }
-    /* The other end speaking (or closing) on the kernel socket means it did
-     * not pair. For a client: the server runs without sovia, or accepted in
-     * another process. For a server awaiting the answer: the client gave
-     * up (it drops its VI first) or does not keep to the protocol; its
-     * bytes must be read where it wrote them. */
-    struct pollfd p = {.fd = s->fd, .events = POLLIN};
-    struct timespec zero = {0, 0};
-    /* The system call itself: poll() is the preload's, which would come back
-     * here for this very socket. */
-    bool spoke = syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0;
-    if (spoke || (c->tentative_since_ns &&
-                  sov_now_ns() - c->tentative_since_ns > pair_timeout_ns())) {
-        fall_back(s);
-        return SOV_TP_FELL_BACK;
-    }
-    return SOV_TP_PENDING;
 }
 
 /* A server about to end its side (shutdown) with early bytes held: the

@@ -29,6 +29,9 @@ void sov_tp_discard(struct sov_sock *s);
  * cannot listen on that port); accept() pairs through it. */
 struct sov_sock *sov_tp_listen(int fd, int domain, const struct sockaddr *local, int backlog);
 void sov_tp_unlisten(struct sov_sock *l);
+/* In a forked child: lets go of the child's copies of what the parent's
+ * queue holds (the clients' kernel sockets sent with their VIs). */
+void sov_tp_listen_forked(struct sov_sock *l);
 /* Pairs the accepted kernel socket `fd` with its client's VI; -ENOENT when
  * the client does not run sovia. */
 int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool nonblock);

@@ -1,6 +1,8 @@
 /* conn.c - the VIA client/server connection model. */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core.h"
 
@@ -22,6 +24,7 @@ VIPL_EXPORT VIP_RETURN VipConnectWait(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS 
     if (!conn)
         return VIP_ERROR_RESOURCE;
     conn->nic = nic;
+    conn->token = -1;
     struct timespec buf;
     VIP_RETURN r = nic->prov->connect_wait(nic, LocalAddr, vipl_deadline(Timeout, &buf),
                                            RemoteAddr, conn);
@@ -44,7 +47,33 @@ static struct vipl_conn *conn_of(VIP_CONN_HANDLE h)
 
 static void conn_free(struct vipl_conn *conn)
 {
+    if (conn->token >= 0)
+        close(conn->token);
     vipl_pool_put(&conn->nic->conns, conn);
+}
+
+VIPL_EXPORT VIP_RETURN VipxConnToken(VIP_CONN_HANDLE ConnHandle, int *Fd)
+{
+    struct vipl_conn *conn = conn_of(ConnHandle);
+    if (!conn || !Fd)
+        return VIP_INVALID_PARAMETER;
+    *Fd = conn->token;
+    conn->token = -1;
+    return VIP_SUCCESS;
+}
+
+VIPL_EXPORT VIP_RETURN VipxViSetConnectToken(VIP_VI_HANDLE ViHandle, int Fd)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi || Fd < -1)
+        return VIP_INVALID_PARAMETER;
+    int copy = Fd >= 0 ? fcntl(Fd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (Fd >= 0 && copy < 0)
+        return VIP_ERROR_RESOURCE;
+    if (vi->connect_token >= 0)
+        close(vi->connect_token);
+    vi->connect_token = copy;
+    return VIP_SUCCESS;
 }
 
 VIPL_EXPORT VIP_RETURN VipConnectAccept(VIP_CONN_HANDLE ConnHandle, VIP_VI_HANDLE ViHandle)
@@ -89,6 +118,10 @@ VIPL_EXPORT VIP_RETURN VipConnectRequest(VIP_VI_HANDLE ViHandle, VIP_NET_ADDRESS
     struct timespec buf;
     VIP_RETURN r = vi->nic->prov->connect_request(vi, LocalAddr, RemoteAddr,
                                                   vipl_deadline(Timeout, &buf), &rattrs);
+    if (vi->connect_token >= 0) { /* one request's */
+        close(vi->connect_token);
+        vi->connect_token = -1;
+    }
     if (r != VIP_SUCCESS) {
         atomic_store(&vi->state, VIP_STATE_IDLE);
         return r;

@@ -118,6 +118,7 @@ struct vipl_vi {
     struct vipl_cq *send_cq, *recv_cq;
     _Atomic int state; /* VIP_VI_STATE */
     struct vipl_notify *send_notify, *recv_notify;
+    int connect_token; /* -1, or sent with the next connection request */
 };
 
 /* A local scatter/gather element, already checked against its region. */
@@ -151,6 +152,7 @@ struct vipl_conn {
     struct vipl_nic *nic;
     VIP_VI_ATTRIBUTES remote_attrs;
     void *prov_conn;
+    int token; /* -1, or the requester's token (the provider sets it) */
 };
 
 struct vipl_provider {

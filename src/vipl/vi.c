@@ -1,5 +1,6 @@
 /* vi.c - creating, querying and destroying VIs. */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "core.h"
 
@@ -67,6 +68,7 @@ VIP_RETURN vipl_vi_make(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES *ViAttribs,
     vi->ptag = tag;
     vi->send_cq = scq;
     vi->recv_cq = rcq;
+    vi->connect_token = -1;
     atomic_store(&vi->state, VIP_STATE_IDLE);
     if (import)
         r = nic->prov->vi_import ? nic->prov->vi_import(vi, import) : VIP_ERROR_NOT_SUPPORTED;
@@ -112,6 +114,8 @@ static void free_vi(struct vipl_vi *vi)
     pthread_mutex_unlock(&nic->lock);
 
     nic->prov->destroy_vi(vi);
+    if (vi->connect_token >= 0)
+        close(vi->connect_token);
     atomic_fetch_sub(&vi->ptag->users, 1);
     if (vi->send_cq)
         atomic_fetch_sub(&vi->send_cq->attached, 1);

@@ -6,7 +6,8 @@
  *
  * Input: mode (u8: even = the victim is the server, odd = the client),
  * reliability of the victim's VI (u8), bytes of the message actually sent
- * (u8: 0 = all of it), descriptors sent (u8 % 6: up to 5, one too many),
+ * (u8: 0 = all of it), descriptors sent (u8 % 6: up to 5; a request's fifth
+ * is its connection token, an accept's is one too many),
  * then the peer as peer_input.h reads it. A connection that succeeds sends
  * two messages (inline and copied) into the peer's slots and disconnects.
  * The victim must never crash, must report a sane address, and must not

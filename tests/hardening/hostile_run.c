@@ -207,9 +207,11 @@ static void tcp_echo(struct hctx *hc, size_t n, bool must)
 
 /* ---- The establishment ---------------------------------------------------------------------- */
 
-static void vi_connect(struct hctx *hc, uint16_t local_port)
+/* Our VI from local_port, with `token` as a `sovia run` client sends its
+ * kernel socket. */
+static void vi_connect(struct hctx *hc, uint16_t local_port, int token)
 {
-    VIP_RETURN r = hs_connect(&hc->r.s, local_port, victim_port);
+    VIP_RETURN r = hs_connect_with(&hc->r.s, local_port, victim_port, token);
     CHECK_MSG(r == VIP_SUCCESS, "hostile VI connect: %s", VipxReturnString(r));
 }
 
@@ -224,7 +226,7 @@ static void pair(struct hs_round *r)
 {
     struct hctx *hc = ctx(r);
     kernel_socket(hc);
-    vi_connect(hc, hc->kport);
+    vi_connect(hc, hc->kport, hc->kfd);
     kernel_connect(hc);
     await_victim_wakeup(hc);
     CHECK(!(hs_wakeup(&r->s) & VIP_STATUS_ERROR_MASK));
@@ -278,7 +280,7 @@ static void sc_wakeup_early(struct hs_round *r, const uint32_t p[2])
     (void)p;
     struct hctx *hc = ctx(r);
     kernel_socket(hc);
-    vi_connect(hc, hc->kport);
+    vi_connect(hc, hc->kport, hc->kfd);
     CHECK(!(hs_wakeup(&r->s) & VIP_STATUS_ERROR_MASK));
     kernel_connect(hc);
     await_victim_wakeup(hc);
@@ -295,7 +297,7 @@ static void sc_answer(struct hs_round *r, const uint32_t p[2])
     bool early = p[1] == UINT32_MAX;
     uint32_t len = early ? 10 : p[1];
     kernel_socket(hc);
-    vi_connect(hc, hc->kport);
+    vi_connect(hc, hc->kport, hc->kfd);
     if (early)
         hs_round_violate(r, p[0], pay, len);
     kernel_connect(hc);
@@ -313,7 +315,7 @@ static void sc_no_answer(struct hs_round *r, const uint32_t p[2])
 {
     struct hctx *hc = ctx(r);
     kernel_socket(hc);
-    vi_connect(hc, hc->kport);
+    vi_connect(hc, hc->kport, hc->kfd);
     kernel_connect(hc);
     await_victim_wakeup(hc);
     r->violation_ms = s_now_ms();
@@ -332,7 +334,7 @@ static void sc_orphan_vi(struct hs_round *r, const uint32_t p[2])
     (void)p;
     struct hctx *hc = ctx(r);
     kernel_socket(hc); /* bound, never connected: its port is ours */
-    vi_connect(hc, hc->kport);
+    vi_connect(hc, hc->kport, hc->kfd);
     hs_pump(&r->s, 300);
 }
 
@@ -342,23 +344,29 @@ static void sc_port_mismatch(struct hs_round *r, const uint32_t p[2])
     (void)p;
     struct hctx *hc = ctx(r);
     kernel_socket(hc);
-    vi_connect(hc, (uint16_t)(hc->kport == 65535 ? 49152 : hc->kport + 1));
+    vi_connect(hc, (uint16_t)(hc->kport == 65535 ? 49152 : hc->kport + 1), hc->kfd);
     kernel_connect(hc);
     tcp_echo(hc, 30000, false);
     hc->res.got_wakeup = hs_pump(&r->s, 50) > 0 || r->s.peer_window;
 }
 
 /* Another client's port claimed first: the victim's accept() must not
- * give that client's connection to our VI. */
+ * give that client's connection to our VI. The token we send: p[0] 0
+ * none, 1 a UDP socket with that connection's very addresses. */
 static void sc_port_squat(struct hs_round *r, const uint32_t p[2])
 {
-    (void)p;
     struct hctx *hc = ctx(r);
     kernel_socket(hc); /* only to find a free port: the other client binds it */
     uint16_t port = hc->kport;
     SYS(close(hc->kfd));
     hc->kfd = -1;
-    vi_connect(hc, port);
+    if (p[0] == 1) { /* TCP and UDP ports are apart: this one binds beside it */
+        hc->kfd = SYS(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+        struct sockaddr_in own = loopback(port), to = loopback(victim_port);
+        SYS(bind(hc->kfd, (struct sockaddr *)&own, sizeof own));
+        SYS(connect(hc->kfd, (struct sockaddr *)&to, sizeof to));
+    }
+    vi_connect(hc, port, hc->kfd);
     int chan;
     int id = hr_start("probe", "probe", victim_port, port, &chan);
     hc->res.got_wakeup = hs_await_wakeup(&r->s, 2500);
@@ -404,10 +412,8 @@ static const struct scenario scenarios[] = {
     {"tcp_instead_of_answer", sc_no_answer, XP_FALLBACK, NULL, {1, 0}},
     {"orphan_vi", sc_orphan_vi, XP_NONE, NULL, {0, 0}},
     {"port_mismatch", sc_port_mismatch, XP_KERNEL, NULL, {0, 0}},
-    {"port_squat", sc_port_squat, XP_SQUAT,
-     "accept() pairs a kernel connection with any VI that claims its client port: a peer that "
-     "claims another client's port first takes that client's connection over",
-     {0, 0}},
+    {"port_squat", sc_port_squat, XP_SQUAT, NULL, {0, 0}},
+    {"port_squat_udp_token", sc_port_squat, XP_SQUAT, NULL, {1, 0}},
     {"type_0", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(0, 0), 0}},
     {"type_6", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(6, 0), 0}},
     {"type_7_payload", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(7, 0), 10}},

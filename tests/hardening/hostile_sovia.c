@@ -11,7 +11,8 @@
  * bits, sending past the window), or corrupts the shared memory under the
  * connection (completion slots, its posted slots, the wake-up socket, the
  * victim's arena), or does all of it at random (HARDENING_SEED,
- * HARDENING_ROUNDS).
+ * HARDENING_ROUNDS). The moves on an established connection are hscen.c's,
+ * shared with hostile_run.
  *
  * Each round states what the victim must see: nothing wrong (the echo is
  * byte-exact), the connection failing with ECONNRESET or EPROTO (and the
@@ -22,14 +23,12 @@
  * after every round, and at the end the victim holds the descriptors,
  * memfds, mappings and threads it held after the first round.
  */
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "hcommon.h"
-#include "hsovia.h"
+#include "hscen.h"
 #include "sovia/sharness.h"
 #include "svictim.h"
 
@@ -39,17 +38,9 @@
 enum expect { XP_OK, XP_BREAK, XP_ENDED, XP_REFUSED, XP_ANY };
 static const char *const expect_name[] = {"ok", "break", "ended", "refused", "any"};
 
-struct hctx {
-    struct hs s;
-    uint64_t rng;
-    unsigned round;
-    uint64_t sent, echoed; /* stream bytes, and how many came back exact */
-    double violation_ms;   /* when the rule was broken (0: not yet) */
-};
-
 struct scenario {
     const char *name;
-    void (*run)(struct hctx *hc, const struct scenario *sc);
+    hs_scenario run;
     enum expect expect;
     const char *bug;
     uint32_t p[2];
@@ -59,197 +50,39 @@ static uint16_t victim_port;
 
 /* ---- Moves ------------------------------------------------------------------------------- */
 
-static void connect_only(struct hctx *hc)
+static void connect_only(struct hs_round *r)
 {
-    uint16_t local = (uint16_t)(20000 + (getpid() * 7 + hc->round) % 20000);
-    VIP_RETURN r = hs_connect(&hc->s, local, victim_port);
-    CHECK_MSG(r == VIP_SUCCESS, "hostile connect: %s", VipxReturnString(r));
+    uint16_t local = (uint16_t)(20000 + (getpid() * 7 + r->round) % 20000);
+    VIP_RETURN rc = hs_connect(&r->s, local, victim_port);
+    CHECK_MSG(rc == VIP_SUCCESS, "hostile connect: %s", VipxReturnString(rc));
 }
 
-static void setup(struct hctx *hc)
+/* The sov_* handshake (r->setup): our WAKEUP, then the victim's. */
+static void setup(struct hs_round *r)
 {
-    connect_only(hc);
-    CHECK(!(hs_wakeup(&hc->s) & VIP_STATUS_ERROR_MASK));
-    CHECK_MSG(hs_await_wakeup(&hc->s, 3000), "no WAKEUP from the victim");
-}
-
-/* Streams n pattern bytes and collects the echo; counts what came back exact. */
-static void echo(struct hctx *hc, size_t n, bool must)
-{
-    static uint8_t buf[HS_MTU];
-    size_t start = hc->s.rx_len;
-    for (size_t done = 0; done < n;) {
-        uint32_t k = (uint32_t)(n - done < HS_MTU ? n - done : HS_MTU);
-        s_pattern_fill(buf, k, hc->round, hc->sent);
-        if (!hs_data(&hc->s, buf, k, 2000)) {
-            CHECK_MSG(!must, "honest DATA could not be sent (credits %u)", hc->s.credits);
-            return;
-        }
-        hc->sent += k;
-        done += k;
-        hs_pump(&hc->s, 0);
-    }
-    int all = hs_collect(&hc->s, start + n, 3000);
-    CHECK_MSG(all || !must, "the echo did not come back (%zu of %zu bytes)",
-              hc->s.rx_len - start, n);
-    size_t got = hc->s.rx_len - start;
-    if (s_pattern_check(hc->s.rx + start, got, hc->round, hc->echoed) < 0)
-        hc->echoed += got;
-    else
-        CHECK_MSG(!must, "the echo differs");
-}
-
-static void violate(struct hctx *hc, uint32_t imm, const void *data, uint32_t len)
-{
-    hc->violation_ms = s_now_ms();
-    hs_raw(&hc->s, imm, data, len);
+    connect_only(r);
+    CHECK(!(hs_wakeup(&r->s) & VIP_STATUS_ERROR_MASK));
+    CHECK_MSG(hs_await_wakeup(&r->s, 3000), "no WAKEUP from the victim");
 }
 
 /* ---- Scenarios ------------------------------------------------------------------------------ */
 
-static void sc_baseline(struct hctx *hc, const struct scenario *sc)
+static void sc_baseline(struct hs_round *r, const uint32_t p[2])
 {
-    (void)sc;
-    setup(hc);
-    echo(hc, 1, true);
-    echo(hc, 100000, true);
-    echo(hc, 4096, true);
-}
-
-/* After some honest traffic, one packet with immediate data p[0] (acks
- * field p[1] == 1: our true debt plus one) and a payload of p[1] bytes. */
-static void sc_packet(struct hctx *hc, const struct scenario *sc)
-{
-    setup(hc);
-    echo(hc, 5000, true);
-    uint32_t imm = sc->p[0];
-    if (sc->p[1] == UINT32_MAX) /* "acks = what we owe + 1" */
-        imm = HS_IMM(imm & 7, hc->s.to_ack + 1);
-    uint8_t pay[64];
-    memset(pay, 'x', sizeof pay);
-    uint32_t len = sc->p[1] == UINT32_MAX ? 0 : sc->p[1];
-    violate(hc, imm, pay, len);
-    hs_wait_broken(&hc->s, 1500);
+    (void)p;
+    setup(r);
+    hs_round_echo(r, 1, true);
+    hs_round_echo(r, 100000, true);
+    hs_round_echo(r, 4096, true);
 }
 
 /* The first packet breaks the handshake: p[0] is its immediate data. */
-static void sc_first(struct hctx *hc, const struct scenario *sc)
+static void sc_first(struct hs_round *r, const uint32_t p[2])
 {
-    connect_only(hc);
+    connect_only(r);
     uint8_t pay[16] = "not a wakeup";
-    violate(hc, sc->p[0], pay, sc->p[1]);
-    hs_wait_broken(&hc->s, 1500);
-}
-
-/* An unsolicited FINACK: tolerated (docs/PROTOCOL.md), the echo goes on. */
-static void sc_finack(struct hctx *hc, const struct scenario *sc)
-{
-    (void)sc;
-    setup(hc);
-    echo(hc, 3000, true);
-    hs_raw(&hc->s, HS_IMM(HS_FINACK, 0), NULL, 0);
-    hs_pump(&hc->s, 100);
-    echo(hc, 3000, false);
-}
-
-/* Out-of-turn close packets and reserved bits: p[0] 1 a second FIN, 2 DATA
- * after the FIN, 3 DATA with reserved bits set. */
-static void sc_odd(struct hctx *hc, const struct scenario *sc)
-{
-    setup(hc);
-    echo(hc, 3000, true);
-    uint8_t pay[100];
-    memset(pay, 'y', sizeof pay);
-    switch (sc->p[0]) {
-    case 1:
-        hs_raw(&hc->s, HS_IMM(HS_FIN, 0), NULL, 0);
-        violate(hc, HS_IMM(HS_FIN, 0), NULL, 0);
-        break;
-    case 2:
-        hs_raw(&hc->s, HS_IMM(HS_FIN, 0), NULL, 0);
-        violate(hc, HS_IMM(HS_DATA, 0), pay, sizeof pay);
-        break;
-    default:
-        violate(hc, HS_IMM(HS_DATA, 0) | 0xf8u | 0xab000000u, pay, sizeof pay);
-        break;
-    }
-    hs_wait_broken(&hc->s, 1500);
-}
-
-/* DATA past the window, as fast as the victim's buffers allow. */
-static void sc_flood(struct hctx *hc, const struct scenario *sc)
-{
-    (void)sc;
-    setup(hc);
-    echo(hc, 3000, true); /* accepted: the victim handles our packets */
-    uint8_t buf[HS_MTU];
-    memset(buf, 'z', sizeof buf);
-    hc->violation_ms = s_now_ms();
-    for (unsigned i = 0; i < 200 && !hc->s.broken; i++)
-        hs_raw(&hc->s, HS_IMM(HS_DATA, 0), buf, sizeof buf);
-    hs_wait_broken(&hc->s, 1500);
-}
-
-/* A completion of ours in the victim's next slot: p[0] status, p[1] length. */
-static void sc_cmpl(struct hctx *hc, const struct scenario *sc)
-{
-    setup(hc);
-    echo(hc, 2000, true);
-    hc->violation_ms = s_now_ms();
-    hp_raw_complete(&hc->s.h, hp_next_seq(&hc->s.h), sc->p[0], sc->p[1], HS_IMM(HS_DATA, 0), 0,
-                    NULL);
-    hs_wait_broken(&hc->s, 1500);
-}
-
-/* Every receive slot we published and the victim has not used lies about
- * its sequence number: the victim's next send to us must fail. */
-static void sc_post_lie(struct hctx *hc, const struct scenario *sc)
-{
-    (void)sc;
-    setup(hc);
-    echo(hc, 2000, true);
-    struct shm_ctl *ctl = hp_own_ctl(&hc->s.h);
-    for (uint32_t i = 0; i < hc->s.h.svi->depth; i++)
-        atomic_fetch_add(&ctl->post[i].seq, 0x1000u);
-    hc->violation_ms = s_now_ms();
-    uint8_t b[100] = {0};
-    hs_data(&hc->s, b, sizeof b, 1000); /* its echo meets the lie */
-    hs_wait_broken(&hc->s, 1500);
-}
-
-struct storm {
-    struct hp *h;
-    atomic_bool stop;
-    int scribble;
-    uint64_t rng;
-};
-
-static void *storm_thread(void *arg)
-{
-    struct storm *s = arg;
-    struct shm_peer *p = hp_peer(s->h);
-    while (!atomic_load(&s->stop)) {
-        if (s->scribble) {
-            uint32_t off = p->data_off + hc_below(&s->rng, p->rx_size - p->data_off);
-            ((volatile uint8_t *)p->rx)[off] = (uint8_t)hc_rand32(&s->rng);
-        } else {
-            hp_ring(s->h);
-        }
-        if ((hc_rand32(&s->rng) & 63) == 0)
-            usleep(50);
-    }
-    return NULL;
-}
-
-static void sc_storm(struct hctx *hc, const struct scenario *sc)
-{
-    setup(hc);
-    struct storm st = {.h = &hc->s.h, .scribble = (int)sc->p[0], .rng = hc->rng};
-    pthread_t t;
-    CHECK(pthread_create(&t, NULL, storm_thread, &st) == 0);
-    echo(hc, 200000, !st.scribble);
-    atomic_store(&st.stop, true);
-    CHECK(pthread_join(t, NULL) == 0);
+    hs_round_violate(r, p[0], pay, p[1]);
+    hs_round_await_break(r);
 }
 
 /* Connects and says nothing: the victim's listener must go on accepting. */
@@ -264,10 +97,10 @@ static void late_client(int chan, void *arg)
     SYS(sov_close(fd));
 }
 
-static void sc_silent(struct hctx *hc, const struct scenario *sc)
+static void sc_silent(struct hs_round *r, const uint32_t p[2])
 {
-    (void)sc;
-    connect_only(hc); /* and no WAKEUP */
+    (void)p;
+    connect_only(r); /* and no WAKEUP */
     int ch;
     int id = s_spawn("late-client", late_client, NULL, &ch);
     double ms = s_get_f64(ch);
@@ -277,49 +110,15 @@ static void sc_silent(struct hctx *hc, const struct scenario *sc)
     CHECK_MSG(ms < 1500, "a silent peer held up the listener: a connect took %.0f ms", ms);
 }
 
-static void sc_random(struct hctx *hc, const struct scenario *sc)
-{
-    (void)sc;
-    setup(hc);
-    int verbose = getenv("HARDENING_VERBOSE") != NULL;
-    unsigned writes = 0;
-    uint8_t buf[HS_MTU];
-    for (unsigned step = 0; step < 40 && !hc->s.broken; step++) {
-        uint32_t a = hc_below(&hc->rng, 10);
-        if (a < 4) {
-            echo(hc, 1 + hc_below(&hc->rng, 20000), false);
-        } else if (a < 7) {
-            uint32_t imm = hc_below(&hc->rng, 3) ? HS_IMM(hc_below(&hc->rng, 8),
-                                                          hp_interesting(&hc->rng, 1) & 0xffff)
-                                                 : hc_rand32(&hc->rng);
-            uint32_t len = hc_below(&hc->rng, 2) ? 0 : 1 + hc_below(&hc->rng, HS_MTU);
-            memset(buf, (int)step, len);
-            hs_raw(&hc->s, imm, buf, len);
-            writes++;
-            if (verbose)
-                s_log("round %u step %u: packet imm %#x len %u", hc->round, step, imm, len);
-        } else {
-            char what[160];
-            hp_random_write(&hc->s.h, &hc->rng, what, sizeof what);
-            writes++;
-            if (verbose)
-                s_log("round %u step %u: %s", hc->round, step, what);
-        }
-        hs_pump(&hc->s, 2);
-    }
-    s_log("random round %u: %u hostile moves", hc->round, writes);
-}
-
-
 static const struct scenario scenarios[] = {
     {"baseline", sc_baseline, XP_OK, NULL, {0}},
-    {"type_0", sc_packet, XP_BREAK, NULL, {HS_IMM(0, 0), 0}},
-    {"type_6", sc_packet, XP_BREAK, NULL, {HS_IMM(6, 0), 0}},
-    {"type_7_payload", sc_packet, XP_BREAK, NULL, {HS_IMM(7, 0), 10}},
-    {"ack_count_over", sc_packet, XP_BREAK, NULL, {HS_ACK, UINT32_MAX}},
-    {"data_acks_max", sc_packet, XP_BREAK, NULL, {HS_IMM(HS_DATA, 0xffff), 10}},
-    {"data_empty", sc_packet, XP_BREAK, NULL, {HS_IMM(HS_DATA, 0), 0}},
-    {"wakeup_twice", sc_packet, XP_BREAK, NULL, {HS_WAKEUP_IMM(16, 22), 0}},
+    {"type_0", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(0, 0), 0}},
+    {"type_6", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(6, 0), 0}},
+    {"type_7_payload", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(7, 0), 10}},
+    {"ack_count_over", hs_sc_packet, XP_BREAK, NULL, {HS_ACK, UINT32_MAX}},
+    {"data_acks_max", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(HS_DATA, 0xffff), 10}},
+    {"data_empty", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(HS_DATA, 0), 0}},
+    {"wakeup_twice", hs_sc_packet, XP_BREAK, NULL, {HS_WAKEUP_IMM(16, 22), 0}},
     {"first_wakeup_window_0", sc_first, XP_REFUSED, NULL, {HS_WAKEUP_IMM(0, 22), 0}},
     {"first_wakeup_window_huge", sc_first, XP_REFUSED, NULL, {HS_WAKEUP_IMM(4095, 22), 0}},
     {"first_wakeup_slots_0", sc_first, XP_REFUSED, NULL, {HS_WAKEUP_IMM(16, 0), 0}},
@@ -327,22 +126,22 @@ static const struct scenario scenarios[] = {
     {"first_packet_data", sc_first, XP_REFUSED, NULL, {HS_IMM(HS_DATA, 0), 10}},
     {"first_packet_ack", sc_first, XP_REFUSED, NULL, {HS_IMM(HS_ACK, 1), 0}},
     {"first_packet_fin", sc_first, XP_REFUSED, NULL, {HS_IMM(HS_FIN, 0), 0}},
-    {"finack_unsolicited", sc_finack, XP_ANY, NULL, {0, 0}},
-    {"fin_twice", sc_odd, XP_ENDED, NULL, {1, 0}},
-    {"data_after_fin", sc_odd, XP_ENDED, NULL, {2, 0}},
-    {"reserved_bits", sc_odd, XP_BREAK, NULL, {3, 0}},
-    {"past_the_window", sc_flood, XP_BREAK, NULL, {0, 0}},
-    {"cmpl_status_bits", sc_cmpl, XP_BREAK, NULL, {UINT32_MAX, 10}},
-    {"cmpl_length_over", sc_cmpl, XP_BREAK, NULL,
+    {"finack_unsolicited", hs_sc_finack, XP_ANY, NULL, {0, 0}},
+    {"fin_twice", hs_sc_odd, XP_ENDED, NULL, {1, 0}},
+    {"data_after_fin", hs_sc_odd, XP_ENDED, NULL, {2, 0}},
+    {"reserved_bits", hs_sc_odd, XP_BREAK, NULL, {3, 0}},
+    {"past_the_window", hs_sc_flood, XP_BREAK, NULL, {0, 0}},
+    {"cmpl_status_bits", hs_sc_cmpl, XP_BREAK, NULL, {UINT32_MAX, 10}},
+    {"cmpl_length_over", hs_sc_cmpl, XP_BREAK, NULL,
      {VIP_STATUS_OP_RECEIVE | VIP_STATUS_IMMEDIATE, 32769}},
-    {"post_slots_lie", sc_post_lie, XP_BREAK, NULL, {0, 0}},
-    {"wake_storm", sc_storm, XP_OK, NULL, {0, 0}},
-    {"arena_scribble", sc_storm, XP_ANY, NULL, {1, 0}},
+    {"post_slots_lie", hs_sc_post_lie, XP_BREAK, NULL, {0, 0}},
+    {"wake_storm", hs_sc_storm, XP_OK, NULL, {HS_STORM_WAKE, 0}},
+    {"arena_scribble", hs_sc_storm, XP_ANY, NULL, {HS_STORM_ARENA, 0}},
     {"silent_peer", sc_silent, XP_ANY, NULL, {0, 0}},
 };
 #define NSCEN (sizeof scenarios / sizeof scenarios[0])
 #define RANDOM_INDEX NSCEN
-static const struct scenario random_scenario = {"random", sc_random, XP_ANY, NULL, {0, 0}};
+static const struct scenario random_scenario = {"random", hs_sc_random, XP_ANY, NULL, {0, 0}};
 
 /* ---- Roles ---------------------------------------------------------------------------------- */
 
@@ -353,20 +152,19 @@ static void hostile_role(int chan, void *arg)
         uint64_t idx = s_get_u64(chan);
         if (idx == UINT64_MAX)
             return;
-        struct hctx hc = {0};
-        hc.rng = s_get_u64(chan);
-        hc.round = (unsigned)s_get_u64(chan);
+        struct hs_round r;
+        uint64_t rng = s_get_u64(chan);
+        hs_round_init(&r, rng, (unsigned)s_get_u64(chan));
+        r.setup = setup;
         const struct scenario *sc = idx == RANDOM_INDEX ? &random_scenario : &scenarios[idx];
-        sc->run(&hc, sc);
-        double broke_ms = -1;
-        if (hc.violation_ms > 0 && hp_state(&hc.s.h) != VIP_STATE_CONNECTED)
-            broke_ms = s_now_ms() - hc.violation_ms; /* an upper bound */
+        sc->run(&r, sc->p);
+        double broke_ms = hs_round_broke_ms(&r);
         s_tok(chan, 'd');
-        s_put_u64(chan, hc.sent);
-        s_put_u64(chan, hc.echoed);
+        s_put_u64(chan, r.sent);
+        s_put_u64(chan, r.echoed);
         s_put_f64(chan, broke_ms);
         s_want(chan, 'c');
-        hs_close(&hc.s);
+        hs_round_end(&r);
         s_tok(chan, 'e');
     }
 }

@@ -1,7 +1,7 @@
 /*
  * hscen.h - hostile rounds against an established sovia connection,
- * shared by the tests whose victims speak the sovia protocol (hostile_run;
- * hostile_sovia's are the same moves): a round's state, and the scenarios
+ * shared by the tests whose victims speak the sovia protocol
+ * (hostile_sovia, hostile_run): a round's state, and the scenarios
  * that break one rule of docs/PROTOCOL.md or write the shared memory under
  * the connection. Each test brings its own establishment (r->setup), what
  * else a broken connection must show (r->after_break), extra random moves,

@@ -20,9 +20,15 @@ static VIP_NET_ADDRESS *port_addr(uint16_t port)
 
 VIP_RETURN hs_connect(struct hs *s, uint16_t local_port, uint16_t port)
 {
+    return hs_connect_with(s, local_port, port, -1);
+}
+
+VIP_RETURN hs_connect_with(struct hs *s, uint16_t local_port, uint16_t port, int token)
+{
     memset(s, 0, sizeof *s);
     struct hp_opts o = {.mtu = HS_MTU, .nbufs = HS_NBUFS, .bufsz = HS_MTU};
     hp_open(&s->h, &o);
+    CHECK(VipxViSetConnectToken(s->h.vi, token) == VIP_SUCCESS);
     s->rx_cap = 1 << 20;
     s->rx = malloc(s->rx_cap);
     CHECK(s->rx != NULL);

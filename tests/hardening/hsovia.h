@@ -42,6 +42,9 @@ struct hs {
 /* Opens the VI and connects to 127.0.0.1:port as if from local_port.
  * VIP_SUCCESS or the connect's error. */
 VIP_RETURN hs_connect(struct hs *s, uint16_t local_port, uint16_t port);
+/* The same, with `token` sent along (VipxViSetConnectToken; -1: none), as
+ * a `sovia run` client sends its kernel socket. */
+VIP_RETURN hs_connect_with(struct hs *s, uint16_t local_port, uint16_t port, int token);
 void hs_close(struct hs *s);
 
 /* Sends one packet with exactly this immediate data and payload. Returns

@@ -27,10 +27,11 @@
 
 #include "shm.h"
 
-/* A request accepted by VipConnectWait, waiting for Accept or Reject. */
+/* A request accepted by VipConnectWait, waiting for Accept or Reject.
+ * fds: the requester's four segment descriptors, then its token if any. */
 struct shm_pending {
     int sock;
-    int fds[4];
+    int fds[5];
     struct shm_msg msg;
     pid_t pid;
 };
@@ -98,7 +99,7 @@ static int send_msg(int sock, const struct shm_msg *m, const int *fds, int nfds)
 {
     struct iovec iov = {(void *)m, sizeof(*m)};
     union {
-        char buf[CMSG_SPACE(sizeof(int) * 4)];
+        char buf[CMSG_SPACE(sizeof(int) * 5)];
         struct cmsghdr align;
     } u;
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
@@ -122,11 +123,12 @@ static void close_fds(int *fds, int n)
 }
 
 /*
- * Receives one message and up to four fds, waiting until `deadline`.
- * Returns the number of fds (0..4), -ETIMEDOUT, or -EPROTO for anything
- * malformed (any fds that came with it are closed).
+ * Receives one message and up to five fds (a request's token is the
+ * fifth), waiting until `deadline`. Returns the number of fds (0..5),
+ * -ETIMEDOUT, or -EPROTO for anything malformed (any fds that came with
+ * it are closed).
  */
-static int recv_msg(int sock, struct shm_msg *m, int fds[4], const struct timespec *deadline)
+static int recv_msg(int sock, struct shm_msg *m, int fds[5], const struct timespec *deadline)
 {
     struct pollfd pfd = {.fd = sock, .events = POLLIN};
     int rc;
@@ -154,7 +156,7 @@ static int recv_msg(int sock, struct shm_msg *m, int fds[4], const struct timesp
             memcpy(&got[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
     }
     bool ok = n == (ssize_t)sizeof(*m) && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
-              m->magic == SHM_MAGIC && m->version == SHM_VERSION && nfds <= 4 &&
+              m->magic == SHM_MAGIC && m->version == SHM_VERSION && nfds <= 5 &&
               m->host_len <= 16 && m->disc_len <= VIPL_MAX_DISC;
     if (!ok) {
         close_fds(got, nfds);
@@ -383,7 +385,7 @@ static void refuse_for_want_of_fds(struct shm_listener *l)
 /* A request must name a well-formed client address. */
 static bool request_ok(const struct shm_msg *m, int nfds)
 {
-    return m->type == SHM_MSG_REQUEST && nfds == 4 && m->disc_len >= 1 &&
+    return m->type == SHM_MSG_REQUEST && (nfds == 4 || nfds == 5) && m->disc_len >= 1 &&
            (m->reliability == VIP_SERVICE_UNRELIABLE ||
             m->reliability == VIP_SERVICE_RELIABLE_DELIVERY ||
             m->reliability == VIP_SERVICE_RELIABLE_RECEPTION);
@@ -434,6 +436,7 @@ VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
         }
         pc->sock = s;
         pc->pid = pid;
+        conn->token = n == 5 ? pc->fds[4] : -1; /* the core's from now on */
         remote->HostAddressLen = pc->msg.host_len;
         remote->DiscriminatorLen = pc->msg.disc_len;
         memcpy(remote->HostAddress, pc->msg.addr, (size_t)pc->msg.host_len + pc->msg.disc_len);
@@ -513,9 +516,10 @@ VIP_RETURN shm_connect_request(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local
         return s == -ECONNREFUSED ? VIP_NO_MATCH : VIP_ERROR_RESOURCE;
     pid_t pid;
     struct shm_msg m;
-    int fds[4];
+    int fds[5];
     fill_msg(vi, SHM_MSG_REQUEST, local, &m, fds);
-    if (!peer_cred(s, &pid) || send_msg(s, &m, fds, 4) != 0) {
+    fds[4] = cvi->connect_token;
+    if (!peer_cred(s, &pid) || send_msg(s, &m, fds, fds[4] >= 0 ? 5 : 4) != 0) {
         close(s);
         return VIP_NO_MATCH;
     }
