@@ -7,8 +7,9 @@
  * from its environment) gets nothing: its sovia connections end (the peer
  * reads the end of stream) and it keeps only the idle kernel sockets.
  *
- * glibc's posix_spawn, system and popen exec without these wrappers: their
- * children get the kernel sockets only (docs/ARCHITECTURE.md lists it).
+ * glibc's posix_spawn, system and popen exec without these wrappers; while
+ * carried connections exist, spawn.c and spawn_shell.c run them through
+ * fork and these wrappers instead, and vfork is fork (spawn.c).
  */
 #include <dlfcn.h>
 #include <errno.h>
