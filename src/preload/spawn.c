@@ -34,7 +34,7 @@
 
 #include "preload.h"
 #include "sock.h"
-#include "spawn.h"
+#include "spawn_plan.h"
 
 #define KNOWN_FLAGS                                                                   \
     (POSIX_SPAWN_RESETIDS | POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |            \

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "preload.h"
-#include "spawn.h"
+#include "spawn_plan.h"
 
 struct record {
     const posix_spawn_file_actions_t *key;

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "preload.h"
-#include "spawn.h"
+#include "spawn_plan.h"
 
 #define SHELL_PATH "/bin/sh"
 

@@ -1,13 +1,14 @@
 /*
- * spawn.h - posix_spawn, system and popen when the process holds carried
- * connections (spawn.c, spawn_actions.c, spawn_shell.c). glibc's own
- * versions start the child with an internal clone and exec through an
+ * spawn_plan.h - posix_spawn, system and popen while the process holds
+ * carried connections (spawn.c, spawn_actions.c, spawn_shell.c). glibc's
+ * own versions start the child with an internal clone and exec through an
  * internal execve that no preload sees, so the child would get only the
  * idle kernel sockets; these run the child through fork and the exec
- * wrappers (exec.c) instead, which hand the carried connections over.
+ * wrappers (exec.c) instead, which hand the carried connections over. (Not
+ * named spawn.h: that is the system header this one includes.)
  */
-#ifndef SOVIA_PRELOAD_SPAWN_H
-#define SOVIA_PRELOAD_SPAWN_H
+#ifndef SOVIA_PRELOAD_SPAWN_PLAN_H
+#define SOVIA_PRELOAD_SPAWN_PLAN_H
 
 #include <sched.h>
 #include <signal.h>
@@ -66,4 +67,4 @@ bool spawn_actions_copy(const posix_spawn_file_actions_t *fa, struct spawn_op **
                         size_t *n);
 void spawn_ops_free(struct spawn_op *ops, size_t n);
 
-#endif /* SOVIA_PRELOAD_SPAWN_H */
+#endif /* SOVIA_PRELOAD_SPAWN_PLAN_H */
