@@ -81,6 +81,9 @@ bool tcp_socket(int fd); /* an AF_INET/AF_INET6 TCP stream socket */
 /* stdio.c: stdin, stdout or stderr (fd 0..2) become a stream that goes
  * through the wrappers, for a descriptor that is now a carried socket. */
 void stdio_follow_socket(int fd);
+/* A cookie stream's write: the whole buffer (stdio takes a short write for
+ * an error). */
+ssize_t stdio_write_full(int fd, const char *buf, size_t len);
 void listeners_after_fork_child(void);
 void listener_drop(int fd);
 

@@ -160,15 +160,7 @@ static ssize_t piped_read(void *cookie, char *buf, size_t len)
 
 static ssize_t piped_write(void *cookie, const char *buf, size_t len)
 {
-    int fd = ((struct piped *)cookie)->fd;
-    size_t done = 0;
-    while (done < len) { /* stdio treats a short write as an error */
-        ssize_t n = write(fd, buf + done, len - done);
-        if (n < 0)
-            return done ? (ssize_t)done : -1;
-        done += (size_t)n;
-    }
-    return (ssize_t)done;
+    return stdio_write_full(((struct piped *)cookie)->fd, buf, len);
 }
 
 /* fclose (and so pclose): the shell's wait status, or -1. */

@@ -35,17 +35,23 @@ static ssize_t cookie_read(void *c, char *buf, size_t len)
     return read(((struct cookie *)c)->fd, buf, len);
 }
 
-static ssize_t cookie_write(void *c, const char *buf, size_t len)
+/* stdio treats a cookie's short write as an error: all of it, or what
+ * went before the error (-1 if nothing did). */
+ssize_t stdio_write_full(int fd, const char *buf, size_t len)
 {
-    int fd = ((struct cookie *)c)->fd;
     size_t done = 0;
-    while (done < len) { /* stdio treats a short write as an error */
+    while (done < len) {
         ssize_t n = write(fd, buf + done, len - done);
         if (n < 0)
             return done ? (ssize_t)done : -1;
         done += (size_t)n;
     }
     return (ssize_t)done;
+}
+
+static ssize_t cookie_write(void *c, const char *buf, size_t len)
+{
+    return stdio_write_full(((struct cookie *)c)->fd, buf, len);
 }
 
 static int cookie_close(void *c)

@@ -241,7 +241,11 @@ void sov_close_connected(struct sov_sock *s)
     sov_pairing_remove(s);
     sov_lock(&s->lock);
     struct sov_conn *c = s->conn;
-    sov_progress(s);
+    /* A shared copy may be stale (another holder used the connection):
+     * what arrived is not for it, and its window accounting would take
+     * the other holder's traffic for a violation and fail the connection. */
+    if (!c->shared || c->clen)
+        sov_progress(s);
     if (s->tp_waiting && !c->tentative_since_ns)
         sov_tp_close_settle(s, s->linger.l_onoff && s->linger.l_linger == 0);
     /* An unpaired sovia run connection has nobody to say FIN to yet. One

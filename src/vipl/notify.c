@@ -64,6 +64,11 @@ static bool wait_completion(struct vipl_notify *n, void *out1, void *out2)
     }
 }
 
+static struct vipl_nic *owner_nic(void *obj, enum vipl_queue q)
+{
+    return q == VIPL_CQ ? ((struct vipl_cq *)obj)->nic : ((struct vipl_vi *)obj)->nic;
+}
+
 static void call_handler(struct vipl_notify *n, void *context, void *handler, void *out1,
                          VIP_BOOLEAN recvq)
 {
@@ -126,9 +131,9 @@ static struct vipl_notify *notify_create(void *obj, enum vipl_queue q)
 VIP_RETURN vipl_notify_arm(struct vipl_notify **slot, void *obj, enum vipl_queue q,
                            void *context, void *handler)
 {
-    /* Creation is serialised by the NIC lock; arming by the notify's own. */
-    struct vipl_nic *nic = q == VIPL_CQ ? ((struct vipl_cq *)obj)->nic
-                                        : ((struct vipl_vi *)obj)->nic;
+    /* The slot is the NIC lock's (creation, teardown); arming is the
+     * notify's own lock's. */
+    struct vipl_nic *nic = owner_nic(obj, q);
     pthread_mutex_lock(&nic->lock);
     if (!*slot)
         *slot = notify_create(obj, q);
@@ -138,7 +143,9 @@ VIP_RETURN vipl_notify_arm(struct vipl_notify **slot, void *obj, enum vipl_queue
         return VIP_ERROR_RESOURCE;
 
     pthread_mutex_lock(&n->lock);
-    if (n->pending) {
+    /* Being torn down: a handler re-arming from its own callback must not
+     * get a fresh notify thread on an object about to go. */
+    if (n->pending || atomic_load(&n->stopping)) {
         pthread_mutex_unlock(&n->lock);
         return VIP_INVALID_STATE;
     }
@@ -152,7 +159,10 @@ VIP_RETURN vipl_notify_arm(struct vipl_notify **slot, void *obj, enum vipl_queue
 
 void vipl_notify_destroy(struct vipl_notify **slot, void *obj, enum vipl_queue q)
 {
+    struct vipl_nic *nic = owner_nic(obj, q);
+    pthread_mutex_lock(&nic->lock);
     struct vipl_notify *n = *slot;
+    pthread_mutex_unlock(&nic->lock);
     if (!n)
         return;
     pthread_mutex_lock(&n->lock);
@@ -160,14 +170,21 @@ void vipl_notify_destroy(struct vipl_notify **slot, void *obj, enum vipl_queue q
     pthread_cond_signal(&n->cond);
     pthread_mutex_unlock(&n->lock);
     prov_of(n)->wait_wake(obj, q);
-    *slot = NULL;
     if (pthread_equal(pthread_self(), n->thread)) {
         /* Torn down from its own handler: the thread still needs `n` to
          * notice it must stop, so it is left to exit on its own. */
+        pthread_mutex_lock(&nic->lock);
+        *slot = NULL;
+        pthread_mutex_unlock(&nic->lock);
         pthread_detach(n->thread);
         return;
     }
+    /* The slot keeps `n` (stopping) until its thread is gone: a handler
+     * running now that re-arms finds it and is refused. */
     pthread_join(n->thread, NULL);
+    pthread_mutex_lock(&nic->lock);
+    *slot = NULL;
+    pthread_mutex_unlock(&nic->lock);
     pthread_mutex_destroy(&n->lock);
     pthread_cond_destroy(&n->cond);
     free(n);

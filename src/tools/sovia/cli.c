@@ -106,8 +106,11 @@ int cli_add_preload(const char *lib)
     char *value = NULL;
     if (*runtime) /* programs are not instrumented: their leaks are not ours */
         setenv("ASAN_OPTIONS", "detect_leaks=0", 0);
-    if (asprintf(&value, "%s%s%s%s%s", runtime, *runtime ? ":" : "", lib, old && *old ? ":" : "",
-                 old ? old : "") < 0)
+    const char *sep = *runtime ? ":" : "", *rest = old && *old ? ":" : "";
+    int n = SOVIA_SANITIZER_RUNTIME_LAST /* ThreadSanitizer: after the preload */
+                ? asprintf(&value, "%s%s%s%s%s", lib, sep, runtime, rest, old ? old : "")
+                : asprintf(&value, "%s%s%s%s%s", runtime, sep, lib, rest, old ? old : "");
+    if (n < 0)
         return -1;
     setenv("LD_PRELOAD", value, 1);
     free(value);
