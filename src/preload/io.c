@@ -43,7 +43,7 @@ static ssize_t via_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 
 static ssize_t via_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
-    ssize_t early = tp_send_early(fd, iov, iovcnt);
+    ssize_t early = tp_send_early(fd, iov, iovcnt, flags);
     if (early > 0)
         return early;
     int r = tp_prepare(fd, flags);

@@ -73,7 +73,7 @@ bool carried(int fd);
  * kernel, -1 with errno (EAGAIN while a non-blocking client awaits pairing,
  * EINTR). */
 int tp_prepare(int fd, int msg_flags);
-ssize_t tp_send_early(int fd, const struct iovec *iov, int iovcnt);
+ssize_t tp_send_early(int fd, const struct iovec *iov, int iovcnt, int msg_flags);
 
 /* socket.c */
 bool tcp_socket(int fd); /* an AF_INET/AF_INET6 TCP stream socket */

@@ -153,7 +153,7 @@ int tp_prepare(int fd, int msg_flags)
 /* An accepted socket whose client has not answered yet takes its first
  * bytes at once (sov_tp_send_early). The bytes taken, or 0: go on as
  * usual (paired, fell back, not a server, or no room left). */
-ssize_t tp_send_early(int fd, const struct iovec *iov, int iovcnt)
+ssize_t tp_send_early(int fd, const struct iovec *iov, int iovcnt, int msg_flags)
 {
     struct sov_sock *s = lock_carried(fd);
     if (!s)
@@ -161,7 +161,8 @@ ssize_t tp_send_early(int fd, const struct iovec *iov, int iovcnt)
     enum sov_tp_state st = sov_tp_settle(s);
     if (st == SOV_TP_FELL_BACK)
         return 0; /* unlocked */
-    ssize_t n = st == SOV_TP_PENDING ? sov_tp_send_early(s, iov, iovcnt) : 0;
+    bool nonblock = s->nonblock || (msg_flags & MSG_DONTWAIT);
+    ssize_t n = st == SOV_TP_PENDING ? sov_tp_send_early(s, iov, iovcnt, !nonblock) : 0;
     sov_unlock(&s->lock);
     return n > 0 ? n : 0;
 }

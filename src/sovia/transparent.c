@@ -184,11 +184,16 @@ bool sov_tp_early_room(const struct sov_sock *s)
     return takes_early(s) && s->conn->early_len < s->conn->send_mtu;
 }
 
-ssize_t sov_tp_send_early(struct sov_sock *s, const struct iovec *iov, int iovcnt)
+ssize_t sov_tp_send_early(struct sov_sock *s, const struct iovec *iov, int iovcnt, bool whole)
 {
     if (!takes_early(s))
         return 0;
     struct sov_conn *c = s->conn;
+    size_t total = 0;
+    for (int k = 0; k < iovcnt; k++)
+        total += iov[k].iov_len;
+    if (whole && total > c->send_mtu - c->early_len)
+        return -EAGAIN; /* the blocking send waits for the pairing instead */
     if (!c->early && !(c->early = malloc(c->send_mtu)))
         return -EAGAIN;
     size_t taken = 0;

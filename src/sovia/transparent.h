@@ -45,8 +45,9 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s);
 /* A server socket awaiting its client's answer takes up to one packet of
  * bytes at once, as a kernel socket's send buffer would (caller holds the
  * lock). The bytes taken, -EAGAIN when it holds all it can, or 0 when the
- * socket does not take early bytes. */
-ssize_t sov_tp_send_early(struct sov_sock *s, const struct iovec *iov, int iovcnt);
+ * socket does not take early bytes. `whole` (a blocking send): all of
+ * them or none, since a blocking send does not return short. */
+ssize_t sov_tp_send_early(struct sov_sock *s, const struct iovec *iov, int iovcnt, bool whole);
 /* True when such a socket has room for early bytes (it is writable). */
 bool sov_tp_early_room(const struct sov_sock *s);
 /* The early bytes go to the kernel socket: the client is not on sovia. */

@@ -281,6 +281,19 @@ static void early_stream_server(struct p_role *r)
     SYS(close(fd));
 }
 
+/* A blocking write larger than a packet right after accept returns whole
+ * (a blocking send never returns short: ftpd takes that for an error). */
+static void big_write_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    static char buf[EARLY_STREAM];
+    p_fill(buf, sizeof buf, 7);
+    CHECK_EQ(write(fd, buf, sizeof buf), (ssize_t)sizeof buf);
+    SYS(shutdown(fd, SHUT_WR));
+    p_barrier(r);
+    SYS(close(fd));
+}
+
 static void early_stream_client(struct p_role *r)
 {
     int fd = p_connect(r->port);
@@ -571,6 +584,7 @@ int main(void)
     p_case("greeting_then_close", greet_close_server, greet_close_client, P_CARRIED);
     p_case("greeting_then_shutdown", greet_shutdown_server, greet_shutdown_client, P_CARRIED);
     p_case("stream_from_accept", early_stream_server, early_stream_client, P_CARRIED);
+    p_case("blocking_write_from_accept", big_write_server, early_stream_client, P_CARRIED);
     p_case("nonblocking_connect", echo_server, nonblocking_client, P_CARRIED);
     p_case("refused", idle_server, refused_client, P_NO_STATS);
     p_expect_carried(NPEND);
