@@ -102,6 +102,11 @@ void hs_sc_flood(struct hs_round *r, const uint32_t p[2])
     for (unsigned i = 0; i < 200 && !r->s.broken; i++)
         hs_raw(&r->s, HS_IMM(HS_DATA, 0), buf, sizeof buf);
     hs_round_await_break(r);
+    /* Either the victim's window check failed the connection, or (a victim
+     * that kept reading and acknowledging) one of our sends found no
+     * receive posted and our VI broke first: then the victim learns of it
+     * at its next wait, and may read it as the peer's end (ENDED). */
+    s_sleep_ms(400);
 }
 
 void hs_sc_cmpl(struct hs_round *r, const uint32_t p[2])
