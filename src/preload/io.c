@@ -43,12 +43,12 @@ static ssize_t via_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 
 static ssize_t via_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
-    ssize_t early = tp_send_early(fd, iov, iovcnt, flags);
-    if (early > 0)
-        return early;
-    int r = tp_prepare(fd, flags);
+    ssize_t early = 0;
+    int r = tp_prepare_send(fd, flags, iov, iovcnt, &early);
     if (r <= 0)
         return r == 0 ? KERNEL : -1;
+    if (early)
+        return early;
     unsigned before = atomic_load_explicit(preload_interrupt_count(), memory_order_relaxed);
     ssize_t n;
     do

@@ -73,7 +73,9 @@ bool carried(int fd);
  * kernel, -1 with errno (EAGAIN while a non-blocking client awaits pairing,
  * EINTR). */
 int tp_prepare(int fd, int msg_flags);
-ssize_t tp_send_early(int fd, const struct iovec *iov, int iovcnt, int msg_flags);
+/* tp_prepare for a send: with *early set to the bytes an accepted socket
+ * awaiting its client's answer took at once (then nothing more to send). */
+int tp_prepare_send(int fd, int msg_flags, const struct iovec *iov, int iovcnt, ssize_t *early);
 
 /* socket.c */
 bool tcp_socket(int fd); /* an AF_INET/AF_INET6 TCP stream socket */

@@ -118,7 +118,7 @@ static struct sov_sock *lock_carried(int fd)
     return s;
 }
 
-int tp_prepare(int fd, int msg_flags)
+int tp_prepare_send(int fd, int msg_flags, const struct iovec *iov, int iovcnt, ssize_t *early)
 {
     uint64_t start = 0;
     for (;;) {
@@ -129,7 +129,15 @@ int tp_prepare(int fd, int msg_flags)
         if (st == SOV_TP_FELL_BACK)
             return 0; /* unlocked: the kernel socket from now on */
         bool nonblock = s->nonblock || (msg_flags & MSG_DONTWAIT);
+        /* An accepted socket whose client has not answered yet takes a
+         * send's first bytes at once (sov_tp_send_early). */
+        ssize_t taken = st == SOV_TP_PENDING && iov
+                            ? sov_tp_send_early(s, iov, iovcnt, !nonblock) : 0;
         sov_unlock(&s->lock);
+        if (taken > 0) {
+            *early = taken;
+            return 1;
+        }
         if (st == SOV_TP_PAIRED)
             return 1;
         if (nonblock) {
@@ -150,21 +158,9 @@ int tp_prepare(int fd, int msg_flags)
     }
 }
 
-/* An accepted socket whose client has not answered yet takes its first
- * bytes at once (sov_tp_send_early). The bytes taken, or 0: go on as
- * usual (paired, fell back, not a server, or no room left). */
-ssize_t tp_send_early(int fd, const struct iovec *iov, int iovcnt, int msg_flags)
+int tp_prepare(int fd, int msg_flags)
 {
-    struct sov_sock *s = lock_carried(fd);
-    if (!s)
-        return 0;
-    enum sov_tp_state st = sov_tp_settle(s);
-    if (st == SOV_TP_FELL_BACK)
-        return 0; /* unlocked */
-    bool nonblock = s->nonblock || (msg_flags & MSG_DONTWAIT);
-    ssize_t n = st == SOV_TP_PENDING ? sov_tp_send_early(s, iov, iovcnt, !nonblock) : 0;
-    sov_unlock(&s->lock);
-    return n > 0 ? n : 0;
+    return tp_prepare_send(fd, msg_flags, NULL, 0, NULL);
 }
 
 /* Early bytes must leave before the end of the stream (see

@@ -232,6 +232,16 @@ static void send_early(struct sov_sock *s)
 
 static void write_kernel(struct sov_sock *s);
 
+/* 100 us with the socket's lock released (the client's answer comes from
+ * another process; its own thread, or ours, may need the lock meanwhile). */
+static void nap_unlocked(struct sov_sock *s)
+{
+    sov_unlock(&s->lock);
+    struct timespec pause = {0, 100000};
+    nanosleep(&pause, NULL);
+    sov_lock(&s->lock);
+}
+
 void sov_tp_close_settle(struct sov_sock *s, bool abortive)
 {
     if (abortive || !s->conn || s->conn->tentative_since_ns)
@@ -250,10 +260,7 @@ void sov_tp_close_settle(struct sov_sock *s, bool abortive)
             c->early_len = 0;
             return;
         }
-        sov_unlock(&s->lock);
-        struct timespec pause = {0, 100000};
-        nanosleep(&pause, NULL);
-        sov_lock(&s->lock);
+        nap_unlocked(s);
     }
 }
 
@@ -283,15 +290,6 @@ static void write_kernel(struct sov_sock *s)
     }
 }
 
-void sov_tp_early_to_kernel(struct sov_sock *s)
-{
-    write_kernel(s);
-    if (s->conn)
-        s->conn->early_len = 0;
-}
-
-/* Caller holds s->lock. Paired once the peer's WAKEUP opened our window
- * (and, on the client, ours answered it). */
 /* Has the other end written on the kernel socket (or, for a client, closed
  * it)? The system calls themselves: poll() and recv() are the preload's,
  * which would come back here for this very socket. */
@@ -362,10 +360,7 @@ enum sov_tp_state sov_tp_settle_soon(struct sov_sock *s)
             fall_back(s);
             return SOV_TP_FELL_BACK;
         }
-        sov_unlock(&s->lock);
-        struct timespec pause = {0, 100000};
-        nanosleep(&pause, NULL);
-        sov_lock(&s->lock);
+        nap_unlocked(s);
         if (s->dead)
             return SOV_TP_PENDING;
     }
@@ -381,7 +376,9 @@ static void fall_back(struct sov_sock *s)
     for (int fd = 0, n = sov_table_limit(); fd < n && s->nfds; fd++)
         if (sov_table_clear(fd, s))
             s->nfds--;
-    sov_tp_early_to_kernel(s); /* before anything the program writes next */
+    write_kernel(s); /* early bytes, before anything the program writes next */
+    if (s->conn)
+        s->conn->early_len = 0;
     sov_unlock(&s->lock);
     sov_wake_waiters(s);
     sov_conn_destroy(s->conn); /* the server sees the VI go: it stays on TCP */

@@ -50,8 +50,6 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s);
 ssize_t sov_tp_send_early(struct sov_sock *s, const struct iovec *iov, int iovcnt, bool whole);
 /* True when such a socket has room for early bytes (it is writable). */
 bool sov_tp_early_room(const struct sov_sock *s);
-/* The early bytes go to the kernel socket: the client is not on sovia. */
-void sov_tp_early_to_kernel(struct sov_sock *s);
 /* A server's close before its client answered: early bytes go to the
  * kernel socket too, and a client answering right now gets a graceful
  * close (lock held; released and taken again). Nothing for an abortive

@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shm.h"
@@ -366,18 +367,15 @@ VIP_RETURN shm_unlisten(struct vipl_nic *nic, const VIP_NET_ADDRESS *local)
 static void refuse_for_want_of_fds(struct shm_listener *l)
 {
     int r = atomic_exchange(&l->reserve, -1);
-    if (r < 0) {
-        poll(NULL, 0, 10);
-        r = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (r >= 0 && !atomic_compare_exchange_strong(&l->reserve, &(int){-1}, r))
-            close(r);
-        return;
+    if (r >= 0) {
+        close(r);
+        int s = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+        if (s >= 0)
+            close(s);
+    } else {
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
     }
-    close(r);
-    int s = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
-    if (s >= 0)
-        close(s);
-    r = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    r = open("/dev/null", O_RDONLY | O_CLOEXEC); /* the reserve again */
     if (r >= 0 && !atomic_compare_exchange_strong(&l->reserve, &(int){-1}, r))
         close(r);
 }
