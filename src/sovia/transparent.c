@@ -244,9 +244,7 @@ static void nap_unlocked(struct sov_sock *s)
 
 void sov_tp_close_settle(struct sov_sock *s, bool abortive)
 {
-    /* A copy shared since a fork is not ours to settle: the other holder
-     * goes on with the pairing, and what arrives is its. */
-    if (abortive || !s->conn || s->conn->tentative_since_ns || s->conn->shared)
+    if (abortive || !s->conn || s->conn->tentative_since_ns)
         return;
     write_kernel(s);
     uint64_t end = sov_now_ns() + CLOSE_ANSWER_NS;
