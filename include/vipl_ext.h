@@ -159,13 +159,23 @@ VIP_RETURN VipxViRelease(VIP_VI_HANDLE ViHandle);
  * sliced at 10 ms). docs/SECURITY.md has the whole threat model.
  */
 /*
- * The descriptors the library holds for a NIC and everything opened on it
- * (segments, connection sockets, wake-up sockets, its agent's). A program
- * that closes every descriptor it does not know (closefrom) can spare
- * these. *Count: capacity in, number out; VIP_ERROR_RESOURCE (with *Count
- * the number needed) when Fds is too small.
+ * The library's own descriptors (segments, connection and wake-up sockets).
+ * A program's stale close(n), harmless with kernel sockets (EBADF), must not
+ * take one of them away from a background thread that was handed n in
+ * between. Each is created between VipxFdCreateBegin and VipxFdCreateEnd
+ * and given to VipxFdAdopt, which moves it to a high number (clear of the
+ * low ones programs reuse), registers it and returns its number; VipxFdClose
+ * closes one. A preload's close(Fd) calls VipxFdAppCloseBegin(Fd): VIP_TRUE
+ * means Fd is the library's (answer EBADF, nothing more to do); VIP_FALSE
+ * means close it and then call VipxFdAppCloseEnd. VipxFdIsOwn asks only.
  */
-VIP_RETURN VipxNicDescriptors(VIP_NIC_HANDLE NicHandle, int *Fds, VIP_ULONG *Count);
+void VipxFdCreateBegin(void);
+int VipxFdAdopt(int Fd);
+void VipxFdCreateEnd(void);
+int VipxFdClose(int Fd);
+VIP_BOOLEAN VipxFdIsOwn(int Fd);
+VIP_BOOLEAN VipxFdAppCloseBegin(int Fd);
+void VipxFdAppCloseEnd(void);
 
 #define VIPX_CQ_INHERITABLE 1u /* VipxCreateCQ: the CQ can be exported */
 VIP_RETURN VipxCreateCQ(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCount, VIP_ULONG Flags,

@@ -20,14 +20,6 @@
 #include "preload.h"
 #include "sock.h"
 
-#define MAX_OWN 65536
-
-static int cmp_int(const void *a, const void *b)
-{
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
-}
-
 /* The open descriptors in [first, last], from /proc/self/fd. */
 static int *open_fds(unsigned first, unsigned last, size_t *count)
 {
@@ -62,18 +54,14 @@ static int *open_fds(unsigned first, unsigned last, size_t *count)
  * the descriptors could not be listed: the caller then asks the kernel. */
 static int spare_sovia(unsigned first, unsigned last, int flags)
 {
-    int *own = malloc(MAX_OWN * sizeof(*own));
     size_t n = 0;
-    int *fds = own ? open_fds(first, last, &n) : NULL;
+    int *fds = open_fds(first, last, &n);
     if (!fds) {
-        free(own);
         errno = ENOMEM;
         return -1;
     }
-    int nown = sov_internal_fds(own, MAX_OWN);
-    qsort(own, (size_t)nown, sizeof(*own), cmp_int);
     for (size_t i = 0; i < n; i++) {
-        if (bsearch(&fds[i], own, (size_t)nown, sizeof(*own), cmp_int))
+        if (VipxFdIsOwn(fds[i]))
             continue;
         if (flags & CLOSE_RANGE_CLOEXEC)
             fcntl(fds[i], F_SETFD, FD_CLOEXEC);
@@ -81,7 +69,6 @@ static int spare_sovia(unsigned first, unsigned last, int flags)
             close(fds[i]); /* the wrapper: a carried socket is closed properly */
     }
     free(fds);
-    free(own);
     return 0;
 }
 

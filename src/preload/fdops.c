@@ -6,10 +6,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <sovia.h>
+#include <vipl_ext.h>
 
 #include "preload.h"
 #include "transparent.h"
@@ -36,9 +38,21 @@ PRELOAD_EXPORT int dup(int fd)
     return alias(fd, real.dup(fd));
 }
 
+/* dup2 onto one of sovia's own descriptors would close it under sovia:
+ * refused with the errno Linux gives when dup2 races with an open. */
+static bool taken_by_sovia(int newfd)
+{
+    if (!VipxFdIsOwn(newfd))
+        return false;
+    errno = EBUSY;
+    return true;
+}
+
 PRELOAD_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
     preload_ready();
+    if (taken_by_sovia(newfd))
+        return -1;
     if (oldfd != newfd && carried(newfd)) /* dup2 closes newfd first */
         close(newfd);
     return alias(oldfd, real.dup3(oldfd, newfd, flags));
@@ -47,6 +61,8 @@ PRELOAD_EXPORT int dup3(int oldfd, int newfd, int flags)
 PRELOAD_EXPORT int dup2(int oldfd, int newfd)
 {
     preload_ready();
+    if (taken_by_sovia(newfd))
+        return -1;
     if (oldfd != newfd && carried(newfd))
         close(newfd);
     return alias(oldfd, real.dup2(oldfd, newfd));

@@ -309,6 +309,22 @@ PRELOAD_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t addrle
     return rc;
 }
 
+/* sovia's own descriptors are not the program's to close: a stale close()
+ * (a second one of the same number, harmless with the kernel's EBADF) must
+ * not take one from under sovia (VipxFdAppCloseBegin). */
+static int close_kernel(int fd)
+{
+    if (VipxFdAppCloseBegin(fd)) {
+        errno = EBADF;
+        return -1;
+    }
+    int rc = real.close(fd);
+    int err = errno;
+    VipxFdAppCloseEnd();
+    errno = err;
+    return rc;
+}
+
 PRELOAD_EXPORT int close(int fd)
 {
     preload_ready();
@@ -322,7 +338,7 @@ PRELOAD_EXPORT int close(int fd)
     if (atomic_load_explicit(&nshadows, memory_order_relaxed))
         listener_drop(fd);
     epoll_close_fd(fd);
-    return real.close(fd);
+    return close_kernel(fd);
 }
 
 PRELOAD_EXPORT int shutdown(int fd, int how)

@@ -113,7 +113,9 @@ int sov_sockaddr_from_vi(const VIP_NET_ADDRESS *va, int domain, struct sockaddr_
 
 static int try_reserve(uint16_t port)
 {
-    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    VipxFdCreateBegin();
+    int fd = VipxFdAdopt(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    VipxFdCreateEnd();
     if (fd < 0)
         return -errno;
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
@@ -122,7 +124,7 @@ static int try_reserve(uint16_t port)
     socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
     if (bind(fd, (struct sockaddr *)&sun, len) != 0) {
         int err = errno;
-        close(fd);
+        VipxFdClose(fd);
         return -err;
     }
     return fd;
@@ -179,13 +181,15 @@ bool sov_addr_is_local(const struct sockaddr *a, socklen_t len)
         if (IN6_IS_ADDR_UNSPECIFIED(in6) || IN6_IS_ADDR_LOOPBACK(in6))
             return true;
     }
-    int fd = socket(a->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    VipxFdCreateBegin();
+    int fd = VipxFdAdopt(socket(a->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    VipxFdCreateEnd();
     if (fd < 0)
         return false;
     struct sockaddr_storage tmp;
     memcpy(&tmp, a, len < sizeof(tmp) ? len : sizeof(tmp));
     sov_addr_set_port(&tmp, 0);
     bool ok = bind(fd, (struct sockaddr *)&tmp, len) == 0;
-    close(fd);
+    VipxFdClose(fd);
     return ok;
 }

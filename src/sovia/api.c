@@ -71,7 +71,9 @@ static void do_init(void)
     if (VipCreatePtag(sov_g.nic, &sov_g.ptag) != VIP_SUCCESS || cq != VIP_SUCCESS ||
         VipxCQWaitFd(sov_g.cq, &sov_g.cq_fd) != VIP_SUCCESS)
         return;
-    sov_g.event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    VipxFdCreateBegin();
+    sov_g.event_fd = VipxFdAdopt(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    VipxFdCreateEnd();
     if (sov_g.event_fd < 0)
         return;
     sov_g.pid = getpid();
@@ -361,7 +363,7 @@ SOV_EXPORT int sov_close(int fd)
         sov_listen_stop(s);
     close(fd);
     if (port_fd >= 0)
-        close(port_fd);
+        VipxFdClose(port_fd);
     if (kind == SK_CONNECTED) {
         sov_close_connected(s); /* the close thread finishes and frees it */
         return 0;

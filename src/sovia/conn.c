@@ -12,7 +12,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 #include <string.h>
 
@@ -29,7 +28,7 @@ static void pending_drop(struct pending *p)
 {
     sov_conn_destroy(p->conn);
     if (p->token >= 0)
-        close(p->token);
+        VipxFdClose(p->token);
 }
 
 /*
@@ -732,7 +731,7 @@ void sov_listen_forked(struct sov_sock *s)
     for (unsigned i = 0; i < l->count; i++) {
         struct pending *p = &l->q[(l->head + i) % l->cap];
         if (p->token >= 0)
-            syscall(SYS_close, p->token); /* not the preload's close() */
+            VipxFdClose(p->token);
         p->token = -1;
     }
     pthread_mutex_unlock(&s->wait_lock);
@@ -766,7 +765,7 @@ struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *pe
             l->count--;
             pthread_mutex_unlock(&s->wait_lock);
             if (p.token >= 0)
-                close(p.token);
+                VipxFdClose(p.token);
             *peer = p.peer;
             *peer_len = p.peer_len;
             return p.conn;
@@ -897,7 +896,7 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
                 pending_drop(&taken);
                 continue;
             }
-            close(taken.token);
+            VipxFdClose(taken.token);
             c = taken.conn;
             break;
         }

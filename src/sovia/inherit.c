@@ -221,7 +221,9 @@ int sov_inherit_export(struct sov_handoff *h)
     bool forked = getpid() != sov_g.pid; /* a vfork child: no atfork handler ran */
     int lim = sov_table_limit();
     h->reopened = malloc(((size_t)lim * VIPX_STATE_FDS + VIPX_STATE_FDS + 1) * sizeof(int));
-    h->memfd = memfd_create("sovia-inherit", 0); /* survives exec on purpose */
+    VipxFdCreateBegin();
+    h->memfd = VipxFdAdopt(memfd_create("sovia-inherit", 0)); /* survives exec on purpose */
+    VipxFdCreateEnd();
     struct inh_header hdr = {.magic = INHERIT_MAGIC, .version = INHERIT_VERSION};
     if (!h->reopened || h->memfd < 0 || VipxCQExport(sov_g.cq, &hdr.cq) != VIP_SUCCESS ||
         !keep_state_open(h, &hdr.cq) || !write_all(h->memfd, &hdr, sizeof(hdr))) {
@@ -268,7 +270,7 @@ void sov_inherit_abort(struct sov_handoff *h)
             raw_setfd(h->reopened[i], flags | FD_CLOEXEC);
     }
     if (h->memfd >= 0)
-        close(h->memfd);
+        VipxFdClose(h->memfd);
     free(h->reopened);
     *h = (struct sov_handoff){.memfd = -1};
 }
@@ -290,13 +292,19 @@ static bool read_all(int fd, void *p, size_t len)
 static void close_state(const VIPX_STATE *st)
 {
     for (unsigned i = 0; i < st->NumFds && i < VIPX_STATE_FDS; i++)
-        close(st->Fds[i]);
+        VipxFdClose(st->Fds[i]);
 }
 
-static void cloexec_state(const VIPX_STATE *st)
+/* The inherited descriptors are the library's again (registered; they are
+ * high already, so they keep their numbers), closed on a next exec. */
+static void adopt_state(VIPX_STATE *st)
 {
-    for (unsigned i = 0; i < st->NumFds && i < VIPX_STATE_FDS; i++)
+    VipxFdCreateBegin();
+    for (unsigned i = 0; i < st->NumFds && i < VIPX_STATE_FDS; i++) {
         raw_setfd(st->Fds[i], FD_CLOEXEC);
+        st->Fds[i] = VipxFdAdopt(st->Fds[i]);
+    }
+    VipxFdCreateEnd();
 }
 
 /* Every name must still be a socket of ours (the program cannot have
@@ -377,7 +385,7 @@ static bool import_conn(int memfd)
     for (unsigned k = 0; k < r.rq_count; k++)
         sane = sane && tail[2 * k] < r.nrecv && tail[2 * k + 1] <= r.cfg.mtu;
     int err = 0;
-    cloexec_state(&r.vi);
+    adopt_state(&r.vi);
     struct sov_conn *c = NULL;
     if (sane && names_ok(&r))
         c = sov_conn_import(&r.cfg, r.nrecv, r.nsend, &r.vi, tail + 2 * r.rq_count, r.nposted,
@@ -422,42 +430,18 @@ void sov_inherit_import(void)
         !read_all(memfd, &hdr, sizeof(hdr)) || hdr.magic != INHERIT_MAGIC ||
         hdr.version != INHERIT_VERSION || hdr.cq.NumFds > VIPX_STATE_FDS) {
         if (memfd >= 0)
-            close(memfd);
+            VipxFdClose(memfd);
         fprintf(stderr, "sovia: inherited connections unreadable; they are dropped\n");
         return;
     }
-    cloexec_state(&hdr.cq);
+    adopt_state(&hdr.cq);
     sov_g.inherited_cq = &hdr.cq;
     if (sov_init() != 0) {
-        close(memfd);
+        VipxFdClose(memfd);
         return;
     }
     for (uint32_t i = 0; i < hdr.nconns; i++)
         if (!import_conn(memfd))
             break;
-    close(memfd);
-}
-
-/* ---- sovia's own descriptors ------------------------------------------------ */
-
-/* What sovia holds open in this process: up to cap into fds; returns the
- * count (the preload's closefrom spares them). */
-int sov_internal_fds(int *fds, int cap)
-{
-    if (!sov_g.nic)
-        return 0;
-    int n = 0;
-    int extra[] = {sov_g.event_fd, sov_stat_fd()};
-    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
-        if (extra[i] >= 0 && n < cap)
-            fds[n++] = extra[i];
-    for (int fd = 0, lim = sov_table_limit(); fd < lim; fd++) {
-        struct sov_sock *s = sov_lookup(fd);
-        if (s && s->fd == fd && s->port_fd >= 0 && n < cap)
-            fds[n++] = s->port_fd;
-    }
-    VIP_ULONG more = (VIP_ULONG)(cap - n);
-    if (VipxNicDescriptors(sov_g.nic, fds + n, &more) == VIP_SUCCESS)
-        n += (int)more;
-    return n;
+    VipxFdClose(memfd);
 }

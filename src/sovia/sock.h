@@ -248,7 +248,6 @@ struct sov_handoff {
 int sov_inherit_export(struct sov_handoff *h);
 void sov_inherit_abort(struct sov_handoff *h); /* the exec failed */
 void sov_inherit_import(void);                 /* in the new image, before main() */
-int sov_internal_fds(int *fds, int cap);       /* sovia's own descriptors, counted */
 
 /* config.c */
 int sov_config_check(const struct sov_config *c);

@@ -279,7 +279,9 @@ static void *serve(void *arg)
     if (fstat(lfd, &self) != 0)
         return NULL;
     while (still_ours(lfd, &self)) {
-        int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        VipxFdCreateBegin();
+        int c = VipxFdAdopt(accept4(lfd, NULL, NULL, SOCK_CLOEXEC));
+        VipxFdCreateEnd();
         if (c < 0) {
             if (errno == EBADF || errno == EINVAL || errno == ENOTSOCK)
                 break; /* the descriptor is gone: nothing more to serve */
@@ -290,7 +292,7 @@ static void *serve(void *arg)
             continue;
         }
         answer(c);
-        close(c);
+        VipxFdClose(c);
     }
     /* Lost our descriptor: the next connection starts a new server. */
     pthread_mutex_lock(&srv_lock);
@@ -342,7 +344,9 @@ static void start_locked(void)
     if (srv_last_try_ns && now - srv_last_try_ns < RETRY_NS)
         return;
     srv_last_try_ns = now;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    VipxFdCreateBegin();
+    int fd = VipxFdAdopt(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    VipxFdCreateEnd();
     if (fd < 0)
         return;
     struct sockaddr_un a = {.sun_family = AF_UNIX};
@@ -350,7 +354,7 @@ static void start_locked(void)
                      (unsigned)geteuid(), (int)getpid());
     socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
     if (bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, 16) != 0) {
-        close(fd);
+        VipxFdClose(fd);
         return;
     }
     pthread_attr_t attr;
@@ -365,7 +369,7 @@ static void start_locked(void)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
     if (err) {
-        close(fd);
+        VipxFdClose(fd);
         return;
     }
     srv_fd = fd;

@@ -48,7 +48,7 @@ static struct vipl_conn *conn_of(VIP_CONN_HANDLE h)
 static void conn_free(struct vipl_conn *conn)
 {
     if (conn->token >= 0)
-        close(conn->token);
+        VipxFdClose(conn->token);
     vipl_pool_put(&conn->nic->conns, conn);
 }
 
@@ -67,11 +67,11 @@ VIPL_EXPORT VIP_RETURN VipxViSetConnectToken(VIP_VI_HANDLE ViHandle, int Fd)
     struct vipl_vi *vi = vi_of(ViHandle);
     if (!vi || Fd < -1)
         return VIP_INVALID_PARAMETER;
-    int copy = Fd >= 0 ? fcntl(Fd, F_DUPFD_CLOEXEC, 0) : -1;
+    int copy = Fd >= 0 ? vipl_fd_dup(Fd) : -1;
     if (Fd >= 0 && copy < 0)
         return VIP_ERROR_RESOURCE;
     if (vi->connect_token >= 0)
-        close(vi->connect_token);
+        VipxFdClose(vi->connect_token);
     vi->connect_token = copy;
     return VIP_SUCCESS;
 }
@@ -119,7 +119,7 @@ VIPL_EXPORT VIP_RETURN VipConnectRequest(VIP_VI_HANDLE ViHandle, VIP_NET_ADDRESS
     VIP_RETURN r = vi->nic->prov->connect_request(vi, LocalAddr, RemoteAddr,
                                                   vipl_deadline(Timeout, &buf), &rattrs);
     if (vi->connect_token >= 0) { /* one request's */
-        close(vi->connect_token);
+        VipxFdClose(vi->connect_token);
         vi->connect_token = -1;
     }
     if (r != VIP_SUCCESS) {

@@ -62,35 +62,3 @@ VIPL_EXPORT VIP_RETURN VipxCQImport(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCou
         return VIP_INVALID_PARAMETER;
     return vipl_cq_make(NicHandle, EntryCount, VIPX_CQ_INHERITABLE, State, CQHandle);
 }
-
-/* Appends what `n` more descriptors give, as far as there is room. */
-static size_t room(size_t have, size_t cap)
-{
-    return have < cap ? cap - have : 0;
-}
-
-VIPL_EXPORT VIP_RETURN VipxNicDescriptors(VIP_NIC_HANDLE NicHandle, int *Fds, VIP_ULONG *Count)
-{
-    struct vipl_nic *nic = nic_of(NicHandle);
-    if (!nic || !Count || (*Count && !Fds))
-        return VIP_INVALID_PARAMETER;
-    const struct vipl_provider *p = nic->prov;
-    size_t cap = *Count, n = 0;
-    if (!p->nic_descriptors)
-        return VIP_ERROR_NOT_SUPPORTED;
-    n += p->nic_descriptors(nic, Fds, cap);
-    pthread_mutex_lock(&nic->lock);
-    for (struct vipl_vi *vi = nic->vis; vi && p->vi_descriptors; vi = vi->next)
-        n += p->vi_descriptors(vi, Fds + (n < cap ? n : cap), room(n, cap));
-    pthread_mutex_unlock(&nic->lock);
-    /* CQs: every live one in the pool (the NIC keeps no list of them). */
-    pthread_mutex_lock(&nic->cqs.lock);
-    for (struct vipl_pool_obj *o = nic->cqs.all; o && p->cq_descriptors; o = o->all) {
-        struct vipl_cq *cq = vipl_pool_object(o);
-        if (cq->magic == VIPL_CQ_MAGIC)
-            n += p->cq_descriptors(cq, Fds + (n < cap ? n : cap), room(n, cap));
-    }
-    pthread_mutex_unlock(&nic->cqs.lock);
-    *Count = n;
-    return n <= cap ? VIP_SUCCESS : VIP_ERROR_RESOURCE;
-}

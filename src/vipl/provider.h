@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include <vipl.h>
@@ -221,12 +222,6 @@ struct vipl_provider {
     VIP_RETURN (*vi_import_recv)(struct vipl_vi *vi, struct vipl_wr *wr);
     VIP_RETURN (*cq_export)(struct vipl_cq *cq, VIPX_STATE *st);
     VIP_RETURN (*cq_import)(struct vipl_cq *cq, const VIPX_STATE *st);
-
-    /* The descriptors an object holds: up to `cap` into fds; returns how
-     * many there are (VipxNicDescriptors). */
-    size_t (*nic_descriptors)(struct vipl_nic *nic, int *fds, size_t cap);
-    size_t (*vi_descriptors)(struct vipl_vi *vi, int *fds, size_t cap);
-    size_t (*cq_descriptors)(struct vipl_cq *cq, int *fds, size_t cap);
 };
 
 extern const struct vipl_provider *const vipl_providers[];
@@ -261,5 +256,20 @@ static inline void vipl_complete_desc(VIP_DESCRIPTOR *d, uint32_t status, uint32
 const struct timespec *vipl_deadline(VIP_ULONG timeout_ms, struct timespec *buf);
 /* Milliseconds left until `deadline` (-1: infinite). */
 int vipl_ms_left(const struct timespec *deadline);
+
+/* fdguard.c: every descriptor a provider keeps is made by one of these (a
+ * high, registered number; see VipxFdAdopt) and closed by VipxFdClose. They
+ * return what the call they wrap returns, with its errno. */
+int vipl_fd_memfd(const char *name, unsigned flags);
+int vipl_fd_socket(int domain, int type, int protocol);
+int vipl_fd_socketpair(int domain, int type, int protocol, int sv[2]);
+int vipl_fd_accept4(int fd, int flags);
+int vipl_fd_reserve(void); /* a /dev/null to give up when out of descriptors */
+int vipl_fd_eventfd(unsigned initval, int flags);
+int vipl_fd_epoll(int flags);
+int vipl_fd_pidfd(pid_t pid);
+int vipl_fd_dup(int fd); /* F_DUPFD_CLOEXEC */
+struct msghdr;
+ssize_t vipl_fd_recvmsg(int sock, struct msghdr *mh, int flags); /* adopts SCM_RIGHTS */
 
 #endif /* VIPL_PROVIDER_H */

@@ -115,7 +115,7 @@ static void free_vi(struct vipl_vi *vi)
 
     nic->prov->destroy_vi(vi);
     if (vi->connect_token >= 0)
-        close(vi->connect_token);
+        VipxFdClose(vi->connect_token);
     atomic_fetch_sub(&vi->ptag->users, 1);
     if (vi->send_cq)
         atomic_fetch_sub(&vi->send_cq->attached, 1);

@@ -2,8 +2,10 @@
  * fdops.c - descriptor calls on a carried socket: dup, dup2, dup3,
  * fcntl F_DUPFD / F_DUPFD_CLOEXEC (data through every name, the connection
  * lives until its last name closes), F_GETFL/F_SETFL O_NONBLOCK, F_SETFD,
- * ioctl FIONBIO and FIONREAD, and a forked child using an accepted socket.
+ * ioctl FIONBIO and FIONREAD, a forked child using an accepted socket, and a
+ * program's stale close() or dup2() meeting sovia's own descriptors.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -300,6 +302,66 @@ static void forking_client(struct p_role *r)
     SYS(close(fd));
 }
 
+/* ---- a program's stale close cannot take sovia's descriptors -------------- */
+
+static void stale_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    expect_msg(fd, "still here;");
+    p_write_all(fd, "yes", 3);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+}
+
+/* Programs close a number twice (tnftp: fclose() and then close() of each
+ * data connection), harmlessly with kernel sockets. Every descriptor this
+ * program did not open is, to it, not open: close() says EBADF and dup2()
+ * onto it is refused, and the carried connection lives on. The program's
+ * next descriptor is the lowest free number, as without sovia. */
+static void stale_client(struct p_role *r)
+{
+    enum { LIMIT = 8192 };
+    static bool mine[LIMIT];
+    for (int n = 0; n < LIMIT; n++)
+        mine[n] = fcntl(n, F_GETFD) >= 0;
+    int fd = p_connect(r->port);
+    CHECK(fd < LIMIT);
+    mine[fd] = true;
+    int lowest_free = 0;
+    while (mine[lowest_free])
+        lowest_free++;
+    int others = 0;
+    for (int n = 0; n < LIMIT; n++) {
+        if (mine[n] || fcntl(n, F_GETFD) < 0)
+            continue;
+        others++;
+        errno = 0;
+        CHECK_EQ(close(n), -1);
+        CHECK_EQ(errno, EBADF);
+        errno = 0;
+        CHECK_EQ(dup2(fd, n), -1);
+        CHECK_EQ(errno, EBUSY);
+        CHECK(fcntl(n, F_GETFD) >= 0); /* still open: sovia's */
+    }
+    if (!p_kernel_mode())
+        CHECK(others > 0); /* sovia holds some: the checks above ran */
+    int next = (int)SYS(open("/dev/null", O_RDONLY));
+    CHECK_EQ(next, lowest_free);
+    SYS(close(next));
+    errno = 0;
+    CHECK_EQ(close(next), -1); /* the stale close itself */
+    CHECK_EQ(errno, EBADF);
+    p_write_all(fd, "still here;", 11);
+    char buf[3];
+    p_read_all(fd, buf, 3);
+    CHECK(memcmp(buf, "yes", 3) == 0);
+    SYS(close(fd));
+    errno = 0;
+    CHECK_EQ(close(fd), -1);
+    CHECK_EQ(errno, EBADF);
+}
+
 int main(void)
 {
     p_init("fdops");
@@ -308,5 +370,6 @@ int main(void)
     p_case("nonblock_cloexec", flags_server, flags_client, P_CARRIED);
     p_case("fionread", fionread_server, fionread_client, P_CARRIED);
     p_case("fork_child_serves", forking_server, forking_client, P_NO_STATS);
+    p_case("stale_close", stale_server, stale_client, P_CARRIED);
     return p_done();
 }

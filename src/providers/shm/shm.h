@@ -246,9 +246,6 @@ VIP_RETURN shm_cq_export(struct vipl_cq *cq, VIPX_STATE *st);
 VIP_RETURN shm_cq_import(struct vipl_cq *cq, const VIPX_STATE *st);
 int shm_cq_armed_page(struct shm_cq *cq, int fd); /* maps (fd >= 0) or makes the page */
 VIP_VI_ATTRIBUTES shm_attrs_of(const struct shm_msg *m);
-size_t shm_nic_descriptors(struct vipl_nic *nic, int *fds, size_t cap);
-size_t shm_vi_descriptors(struct vipl_vi *vi, int *fds, size_t cap);
-size_t shm_cq_descriptors(struct vipl_cq *cq, int *fds, size_t cap);
 
 /* shm_vi.c */
 void shm_vi_export_regs(struct shm_vi *vi);
@@ -305,7 +302,6 @@ void shm_agent_stop(struct shm_agent *agent);
 int shm_agent_watch(struct shm_agent *agent, struct shm_vi *vi);
 void shm_agent_unwatch(struct shm_agent *agent, struct shm_vi *vi);
 /* Its epoll set and stop eventfd; up to cap, returns the count. */
-size_t shm_agent_descriptors(struct shm_agent *agent, int *fds, size_t cap);
 /* In a forked child: a fresh agent watching the NIC's connected VIs. */
 struct shm_agent *shm_agent_after_fork(struct shm_agent *old, struct vipl_nic *nic);
 

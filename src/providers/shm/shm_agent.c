@@ -48,7 +48,7 @@ static void stop_watching_pid(struct shm_agent *a, struct shm_peer *peer)
 {
     if (peer->pidfd >= 0) {
         epoll_ctl(a->epfd, EPOLL_CTL_DEL, peer->pidfd, NULL);
-        close(peer->pidfd);
+        VipxFdClose(peer->pidfd);
         peer->pidfd = -1;
     }
 }
@@ -63,7 +63,7 @@ static enum peer_news read_socket(struct shm_agent *a, struct shm_peer *peer, ui
         struct iovec iov = {&m, sizeof(m)};
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
                             .msg_controllen = sizeof(cbuf)};
-        ssize_t n = recvmsg(peer->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        ssize_t n = vipl_fd_recvmsg(peer->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
         if (n < 0) {
             if (errno != EAGAIN && errno != EINTR)
                 return PEER_CLOSED;
@@ -75,7 +75,7 @@ static enum peer_news read_socket(struct shm_agent *a, struct shm_peer *peer, ui
         for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
             if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
                 for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++)
-                    close(((int *)CMSG_DATA(c))[i]);
+                    VipxFdClose(((int *)CMSG_DATA(c))[i]);
         if (n != (ssize_t)sizeof(m) || m.magic != SHM_MAGIC)
             continue;
         if (m.type == SHM_MSG_DISCONNECT || m.type == SHM_MSG_BROKEN)
@@ -140,8 +140,8 @@ struct shm_agent *shm_agent_start(void)
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&a->lock, &ma);
     pthread_mutexattr_destroy(&ma);
-    a->epfd = epoll_create1(EPOLL_CLOEXEC);
-    a->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    a->epfd = vipl_fd_epoll(EPOLL_CLOEXEC);
+    a->stopfd = vipl_fd_eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
     if (a->epfd < 0 || a->stopfd < 0 || epoll_ctl(a->epfd, EPOLL_CTL_ADD, a->stopfd, &ev) != 0)
         goto fail;
@@ -155,9 +155,9 @@ struct shm_agent *shm_agent_start(void)
         return a;
 fail:
     if (a->epfd >= 0)
-        close(a->epfd);
+        VipxFdClose(a->epfd);
     if (a->stopfd >= 0)
-        close(a->stopfd);
+        VipxFdClose(a->stopfd);
     pthread_mutex_destroy(&a->lock);
     free(a);
     return NULL;
@@ -170,30 +170,19 @@ void shm_agent_stop(struct shm_agent *a)
     uint64_t one = 1;
     if (write(a->stopfd, &one, sizeof(one)) == sizeof(one))
         pthread_join(a->thread, NULL);
-    close(a->epfd);
-    close(a->stopfd);
+    VipxFdClose(a->epfd);
+    VipxFdClose(a->stopfd);
     pthread_mutex_destroy(&a->lock);
     free(a->watched);
     free(a);
-}
-
-size_t shm_agent_descriptors(struct shm_agent *a, int *fds, size_t cap)
-{
-    if (!a)
-        return 0;
-    if (cap > 0)
-        fds[0] = a->epfd;
-    if (cap > 1)
-        fds[1] = a->stopfd;
-    return 2;
 }
 
 struct shm_agent *shm_agent_after_fork(struct shm_agent *old, struct vipl_nic *nic)
 {
     /* The old agent's thread is the parent's; its epoll set is shared with
      * the parent, so it is only closed here, never changed. */
-    close(old->epfd);
-    close(old->stopfd);
+    VipxFdClose(old->epfd);
+    VipxFdClose(old->stopfd);
     free(old->watched);
     free(old);
     struct shm_agent *a = shm_agent_start();

@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -78,11 +77,11 @@ static bool host_is_local(const VIP_NET_ADDRESS *a)
     } else {
         return false;
     }
-    int s = socket(sa->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int s = vipl_fd_socket(sa->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (s < 0)
         return false;
     bool local = bind(s, sa, len) == 0;
-    close(s);
+    VipxFdClose(s);
     return local;
 }
 
@@ -120,7 +119,7 @@ static void close_fds(int *fds, int n)
 {
     for (int i = 0; i < n; i++)
         if (fds[i] >= 0)
-            close(fds[i]);
+            VipxFdClose(fds[i]);
 }
 
 /*
@@ -145,7 +144,7 @@ static int recv_msg(int sock, struct shm_msg *m, int fds[5], const struct timesp
     struct iovec iov = {m, sizeof(*m)};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
                         .msg_controllen = sizeof(u.buf)};
-    ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    ssize_t n = vipl_fd_recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno == ECONNRESET))
         return -ECONNRESET; /* the other side closed: refused or gone */
     int got[8], nfds = 0;
@@ -223,14 +222,14 @@ static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fd
     close_fds(fds, 4); /* the mappings keep the memory */
     if (rc != 0) {
         free(peer);
-        close(sock);
+        VipxFdClose(sock);
         return VIP_ERROR_RESOURCE;
     }
     peer->msg = *m;
     peer->attrs = shm_attrs_of(m);
     peer->sock = sock;
     peer->pid = pid;
-    peer->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    peer->pidfd = vipl_fd_pidfd(pid);
     shm_lock(&vi->sq_lock);
     vi->peer = peer;
     shm_unlock(&vi->sq_lock);
@@ -239,8 +238,8 @@ static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fd
      * needed (a reconnect makes new ones), and 1000 connections should not
      * cost 2000 of them, unless a next image must map them again. */
     if (!vi->inheritable) {
-        close(vi->ctl_fd);
-        close(vi->rx_fd);
+        VipxFdClose(vi->ctl_fd);
+        VipxFdClose(vi->rx_fd);
         vi->ctl_fd = vi->rx_fd = -1;
     }
     if (shm_agent_watch(snic->agent, vi) != 0) {
@@ -268,14 +267,14 @@ static struct shm_listener *listener_get(struct shm_nic *snic, const VIP_NET_ADD
         pthread_mutex_unlock(&snic->lock);
         return NULL;
     }
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int fd = vipl_fd_socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     struct sockaddr_un sun;
     socklen_t len = sock_name(&sun, disc, local->DiscriminatorLen);
     struct shm_listener *l = calloc(1, sizeof(*l));
     if (fd < 0 || !l || bind(fd, (struct sockaddr *)&sun, len) != 0 || listen(fd, SOMAXCONN)) {
         *err = fd < 0 || !l ? -ENOMEM : -errno;
         if (fd >= 0)
-            close(fd);
+            VipxFdClose(fd);
         free(l);
         pthread_mutex_unlock(&snic->lock);
         return NULL;
@@ -283,7 +282,7 @@ static struct shm_listener *listener_get(struct shm_nic *snic, const VIP_NET_ADD
     memcpy(l->disc, disc, local->DiscriminatorLen);
     l->disc_len = local->DiscriminatorLen;
     l->fd = fd;
-    atomic_init(&l->reserve, open("/dev/null", O_RDONLY | O_CLOEXEC));
+    atomic_init(&l->reserve, vipl_fd_reserve());
     l->refs = 2; /* the list's and the caller's */
     l->next = snic->listeners;
     snic->listeners = l;
@@ -297,10 +296,10 @@ static void listener_put(struct shm_nic *snic, struct shm_listener *l)
     bool last = --l->refs == 0;
     pthread_mutex_unlock(&snic->lock);
     if (last) {
-        close(l->fd);
+        VipxFdClose(l->fd);
         int r = atomic_load(&l->reserve);
         if (r >= 0)
-            close(r);
+            VipxFdClose(r);
         free(l);
     }
 }
@@ -368,16 +367,16 @@ static void refuse_for_want_of_fds(struct shm_listener *l)
 {
     int r = atomic_exchange(&l->reserve, -1);
     if (r >= 0) {
-        close(r);
-        int s = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+        VipxFdClose(r);
+        int s = vipl_fd_accept4(l->fd, SOCK_CLOEXEC);
         if (s >= 0)
-            close(s);
+            VipxFdClose(s);
     } else {
         nanosleep(&(struct timespec){0, 10000000}, NULL);
     }
-    r = open("/dev/null", O_RDONLY | O_CLOEXEC); /* the reserve again */
+    r = vipl_fd_reserve(); /* the reserve again */
     if (r >= 0 && !atomic_compare_exchange_strong(&l->reserve, &(int){-1}, r))
-        close(r);
+        VipxFdClose(r);
 }
 
 /* A request must name a well-formed client address. */
@@ -412,14 +411,14 @@ VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
             break; /* VIP_TIMEOUT */
         if (rc < 0 || atomic_load(&l->closed))
             continue; /* EINTR, or unlistened: checked above */
-        int s = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        int s = vipl_fd_accept4(l->fd, SOCK_CLOEXEC | SOCK_NONBLOCK);
         pid_t pid;
         if (s < 0 && (errno == EMFILE || errno == ENFILE))
             refuse_for_want_of_fds(l);
         if (s < 0)
             continue; /* another waiter took it */
         if (!peer_cred(s, &pid)) {
-            close(s);
+            VipxFdClose(s);
             continue;
         }
         struct shm_pending *pc = calloc(1, sizeof(*pc));
@@ -429,7 +428,7 @@ VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
             if (n > 0)
                 close_fds(pc->fds, n);
             free(pc);
-            close(s);
+            VipxFdClose(s);
             continue;
         }
         pc->sock = s;
@@ -451,7 +450,7 @@ static void pending_free(struct shm_pending *pc, bool close_sock)
 {
     close_fds(pc->fds, 4);
     if (close_sock)
-        close(pc->sock);
+        VipxFdClose(pc->sock);
     free(pc);
 }
 
@@ -485,13 +484,13 @@ static int dial(const VIP_NET_ADDRESS *remote, const struct timespec *deadline)
     struct sockaddr_un sun;
     socklen_t len = sock_name(&sun, disc_of(remote), remote->DiscriminatorLen);
     for (;;) {
-        int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        int s = vipl_fd_socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (s < 0)
             return -errno;
         if (connect(s, (struct sockaddr *)&sun, len) == 0)
             return s;
         int err = errno;
-        close(s);
+        VipxFdClose(s);
         if (err != EAGAIN) /* EAGAIN: the listener's backlog is full */
             return err == ENOENT ? -ECONNREFUSED : -err;
         if (vipl_ms_left(deadline) == 0)
@@ -518,7 +517,7 @@ VIP_RETURN shm_connect_request(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local
     fill_msg(vi, SHM_MSG_REQUEST, local, &m, fds);
     fds[4] = cvi->connect_token;
     if (!peer_cred(s, &pid) || send_msg(s, &m, fds, fds[4] >= 0 ? 5 : 4) != 0) {
-        close(s);
+        VipxFdClose(s);
         return VIP_NO_MATCH;
     }
     int n = recv_msg(s, &m, fds, deadline);
@@ -530,7 +529,7 @@ VIP_RETURN shm_connect_request(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local
     }
     if (n > 0)
         close_fds(fds, n);
-    close(s);
+    VipxFdClose(s);
     if (n == -ETIMEDOUT)
         return VIP_TIMEOUT;
     if (n == -ECONNRESET) /* the listener closed before taking the request */

@@ -27,7 +27,7 @@ int shm_cq_armed_page(struct shm_cq *cq, int fd)
     if (!p || (fresh && shm_seal(fd, !cq->inheritable) != 0)) {
         if (p)
             munmap(p, page);
-        close(fd);
+        VipxFdClose(fd);
         return -1;
     }
     cq->armed = p;
@@ -48,7 +48,7 @@ VIP_RETURN shm_create_cq(struct vipl_cq *ccq)
         pthread_mutex_destroy(&cq->lock);
         return VIP_ERROR_RESOURCE;
     }
-    if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0) {
+    if (vipl_fd_socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0) {
         cq->wake_rx = sv[0];
         cq->wake_tx = sv[1];
     }
@@ -66,11 +66,11 @@ void shm_destroy_cq(struct vipl_cq *ccq)
     if (cq->armed)
         munmap(cq->armed, page);
     if (cq->armed_fd >= 0)
-        close(cq->armed_fd);
+        VipxFdClose(cq->armed_fd);
     if (cq->wake_rx >= 0)
-        close(cq->wake_rx);
+        VipxFdClose(cq->wake_rx);
     if (cq->wake_tx >= 0)
-        close(cq->wake_tx);
+        VipxFdClose(cq->wake_tx);
     free(cq->send_ring);
     free(cq->rvis);
     pthread_mutex_destroy(&cq->lock);

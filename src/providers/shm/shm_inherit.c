@@ -14,7 +14,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "shm.h"
@@ -155,7 +154,7 @@ static int adopt_peer(struct shm_vi *vi, const struct vi_state *s, const int *fd
     peer->posted_seen = s->peer_posted_seen;
     peer->sock = fds[FD_SOCK];
     peer->pid = s->peer_pid;
-    peer->pidfd = s->watch_pid ? (int)syscall(SYS_pidfd_open, s->peer_pid, 0) : -1;
+    peer->pidfd = s->watch_pid ? vipl_fd_pidfd(s->peer_pid) : -1;
     vi->peer = peer;
     return 0;
 }
@@ -205,7 +204,7 @@ VIP_RETURN shm_vi_import(struct vipl_vi *cvi, const VIPX_STATE *st)
     }
     for (int i = 0; i < NFDS; i++)
         if (fds[i] >= 0)
-            close(fds[i]);
+            VipxFdClose(fds[i]);
     if (vi->peer) {
         shm_peer_free(vi->peer);
         vi->peer = NULL;
@@ -277,7 +276,7 @@ VIP_RETURN shm_cq_import(struct vipl_cq *ccq, const VIPX_STATE *st)
     cq->armed_fd = cq->wake_rx = cq->wake_tx = -1;
     if (st->NumFds != CQ_NFDS) {
         for (unsigned i = 0; i < st->NumFds && i < VIPX_STATE_FDS; i++)
-            close(st->Fds[i]);
+            VipxFdClose(st->Fds[i]);
         goto fail;
     }
     cq->wake_rx = st->Fds[CQ_FD_WAKE_RX];
@@ -286,7 +285,7 @@ VIP_RETURN shm_cq_import(struct vipl_cq *ccq, const VIPX_STATE *st)
     struct stat sb;
     cq->send_ring = calloc(cq->cap, sizeof(*cq->send_ring));
     if (!cq->send_ring || fstat(fd, &sb) != 0 || (size_t)sb.st_size != shm_nic(ccq->nic)->page) {
-        close(fd);
+        VipxFdClose(fd);
         goto fail;
     }
     if (shm_cq_armed_page(cq, fd) != 0) /* closes fd on failure */
@@ -295,54 +294,4 @@ VIP_RETURN shm_cq_import(struct vipl_cq *ccq, const VIPX_STATE *st)
 fail:
     shm_destroy_cq(ccq);
     return VIP_INVALID_PARAMETER;
-}
-
-/* ---- The descriptors we hold (VipxNicDescriptors) ------------------------ */
-
-static size_t put(int *fds, size_t cap, size_t n, int fd)
-{
-    if (fd < 0)
-        return n;
-    if (n < cap)
-        fds[n] = fd;
-    return n + 1;
-}
-
-size_t shm_nic_descriptors(struct vipl_nic *nic, int *fds, size_t cap)
-{
-    struct shm_nic *snic = shm_nic(nic);
-    size_t n = shm_agent_descriptors(snic->agent, fds, cap);
-    pthread_mutex_lock(&snic->lock);
-    for (struct shm_listener *l = snic->listeners; l; l = l->next) {
-        n = put(fds, cap, n, l->fd);
-        n = put(fds, cap, n, atomic_load(&l->reserve));
-    }
-    pthread_mutex_unlock(&snic->lock);
-    return n;
-}
-
-size_t shm_vi_descriptors(struct vipl_vi *cvi, int *fds, size_t cap)
-{
-    struct shm_vi *vi = shm_vi(cvi);
-    size_t n = put(fds, cap, 0, vi->ctl_fd);
-    n = put(fds, cap, n, vi->rx_fd);
-    shm_lock(&vi->sq_lock);
-    struct shm_peer *peer = vi->peer;
-    if (peer) {
-        n = put(fds, cap, n, peer->sock);
-        n = put(fds, cap, n, peer->pidfd);
-        n = put(fds, cap, n, peer->wake_sock);
-        for (int i = 0; i < 4; i++)
-            n = put(fds, cap, n, peer->kept[i]);
-    }
-    shm_unlock(&vi->sq_lock);
-    return n;
-}
-
-size_t shm_cq_descriptors(struct vipl_cq *ccq, int *fds, size_t cap)
-{
-    struct shm_cq *cq = shm_cq(ccq);
-    size_t n = put(fds, cap, 0, cq->armed_fd);
-    n = put(fds, cap, n, cq->wake_rx);
-    return put(fds, cap, n, cq->wake_tx);
 }

@@ -125,7 +125,4 @@ const struct vipl_provider vipl_provider_shm = {
     .vi_import_recv = shm_vi_import_recv,
     .cq_export = shm_cq_export,
     .cq_import = shm_cq_import,
-    .nic_descriptors = shm_nic_descriptors,
-    .vi_descriptors = shm_vi_descriptors,
-    .cq_descriptors = shm_cq_descriptors,
 };

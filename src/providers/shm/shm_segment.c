@@ -26,13 +26,13 @@ int shm_memfd(const char *name, size_t len)
     struct rlimit rl;
     if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && len > rl.rlim_cur)
         return -ENOMEM;
-    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int fd = vipl_fd_memfd(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return -errno;
     /* Reachable only through our fds anyway; keep the mode tight too. */
     if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)len) != 0) {
         int err = -errno;
-        close(fd);
+        VipxFdClose(fd);
         return err;
     }
     return fd;
@@ -77,7 +77,7 @@ int shm_vi_segments_create(struct shm_vi *vi)
         return ctl_fd;
     int rx_fd = shm_memfd("sovia-vi-rx", rx_len);
     if (rx_fd < 0) {
-        close(ctl_fd);
+        VipxFdClose(ctl_fd);
         return rx_fd;
     }
     struct shm_ctl *ctl = shm_map_fixed(vi->ctl, ctl_fd, ctl_len);
@@ -85,8 +85,8 @@ int shm_vi_segments_create(struct shm_vi *vi)
     if (!ctl || !rx) {
         if (ctl && !vi->ctl)
             munmap(ctl, ctl_len);
-        close(ctl_fd);
-        close(rx_fd);
+        VipxFdClose(ctl_fd);
+        VipxFdClose(rx_fd);
         return -ENOMEM;
     }
     ctl->hdr = (struct shm_ctl_header){
@@ -106,14 +106,14 @@ int shm_vi_segments_create(struct shm_vi *vi)
     if (!err)
         err = shm_seal(rx_fd, false);
     if (err) {
-        close(ctl_fd);
-        close(rx_fd);
+        VipxFdClose(ctl_fd);
+        VipxFdClose(rx_fd);
         return err;
     }
     if (vi->ctl_fd >= 0)
-        close(vi->ctl_fd);
+        VipxFdClose(vi->ctl_fd);
     if (vi->rx_fd >= 0)
-        close(vi->rx_fd);
+        VipxFdClose(vi->rx_fd);
     /* A reconnect maps at the same addresses: rewriting the pointers would
      * race (harmlessly, but needlessly) with lock-free pollers. */
     if (vi->ctl != ctl)
@@ -139,9 +139,9 @@ void shm_vi_segments_destroy(struct shm_vi *vi)
     if (vi->rx)
         munmap(vi->rx, vi->rx_len);
     if (vi->ctl_fd >= 0)
-        close(vi->ctl_fd);
+        VipxFdClose(vi->ctl_fd);
     if (vi->rx_fd >= 0)
-        close(vi->rx_fd);
+        VipxFdClose(vi->rx_fd);
     vi->ctl = NULL;
     vi->rx = NULL;
     vi->ctl_fd = vi->rx_fd = -1;
@@ -264,10 +264,10 @@ void shm_peer_unmap(struct shm_peer *peer)
     if (peer->word_map)
         munmap(peer->word_map, peer->word_len);
     if (peer->wake_sock >= 0)
-        close(peer->wake_sock);
+        VipxFdClose(peer->wake_sock);
     for (int i = 0; i < 4; i++)
         if (peer->kept[i] >= 0)
-            close(peer->kept[i]);
+            VipxFdClose(peer->kept[i]);
     memset(peer->kept, -1, sizeof(peer->kept));
     peer->ctl = NULL;
     peer->rx = NULL;
@@ -279,9 +279,9 @@ void shm_peer_unmap(struct shm_peer *peer)
  * socket and pidfd, and the structure. */
 void shm_peer_free(struct shm_peer *peer)
 {
-    close(peer->sock);
+    VipxFdClose(peer->sock);
     if (peer->pidfd >= 0)
-        close(peer->pidfd);
+        VipxFdClose(peer->pidfd);
     shm_peer_unmap(peer);
     free(peer);
 }

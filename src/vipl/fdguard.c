@@ -1,0 +1,302 @@
+/*
+ * fdguard.c - the library's own descriptors: registered, kept at high
+ * numbers, and safe from an application's stale close.
+ *
+ * Programs close a descriptor twice more often than one would think (tnftp
+ * closes every data connection through fclose() and then close()). With
+ * kernel sockets the second close() is harmless: it says EBADF. Under sovia
+ * a background thread may have been handed that number in between (a
+ * segment, a connection socket), and the stale close takes it away; later
+ * the thread closes "its" number, now the program's next file. So:
+ *
+ * - every descriptor the library creates is created inside a bracket
+ *   (VipxFdCreateBegin/End), moved to a high number (VipxFdAdopt: clear of
+ *   the low numbers programs reuse) and registered;
+ * - the preload's close() asks VipxFdAppCloseBegin, which waits for brackets
+ *   in flight (so no number changes hands between its check and its close)
+ *   and answers true for a registered descriptor: close() then says EBADF,
+ *   as it would have without sovia.
+ *
+ * Both sides count themselves in before looking at the other (sequentially
+ * consistent atomics), and both waits are bounded, so neither can stall the
+ * other for long (a close() that lingers, a signal handler that closes in
+ * the middle of its own thread's bracket).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+
+#define CHUNK_BITS 4096u /* descriptors per lazily allocated chunk */
+#define CHUNKS 256u      /* so descriptors below 2^20 are tracked */
+#define HIGH_BASE_MAX 4096
+#define WAIT_BOUND_NS 2000000u
+
+static _Atomic(_Atomic uint64_t *) chunks[CHUNKS];
+static pthread_mutex_t chunk_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int creating;    /* brackets in flight */
+static atomic_int app_closing; /* application closes in flight */
+static _Thread_local int bracket_depth;
+
+static _Atomic uint64_t *chunk_of(int fd, bool make)
+{
+    if (fd < 0 || (unsigned)fd >= CHUNK_BITS * CHUNKS)
+        return NULL;
+    _Atomic uint64_t *c = atomic_load(&chunks[(unsigned)fd / CHUNK_BITS]);
+    if (c || !make)
+        return c;
+    pthread_mutex_lock(&chunk_lock);
+    c = atomic_load(&chunks[(unsigned)fd / CHUNK_BITS]);
+    if (!c) {
+        c = calloc(CHUNK_BITS / 64, sizeof(*c));
+        atomic_store(&chunks[(unsigned)fd / CHUNK_BITS], c);
+    }
+    pthread_mutex_unlock(&chunk_lock);
+    return c;
+}
+
+static void mark(int fd, bool own)
+{
+    _Atomic uint64_t *c = chunk_of(fd, own);
+    if (!c)
+        return;
+    unsigned bit = (unsigned)fd % CHUNK_BITS;
+    uint64_t m = (uint64_t)1 << (bit % 64);
+    if (own)
+        atomic_fetch_or(&c[bit / 64], m);
+    else
+        atomic_fetch_and(&c[bit / 64], ~m);
+}
+
+VIPL_EXPORT VIP_BOOLEAN VipxFdIsOwn(int Fd)
+{
+    _Atomic uint64_t *c = chunk_of(Fd, false);
+    unsigned bit = (unsigned)Fd % CHUNK_BITS;
+    return c && (atomic_load(&c[bit / 64]) >> (bit % 64) & 1);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Until *count is zero, or for WAIT_BOUND_NS at most. */
+static void wait_for_none(atomic_int *count)
+{
+    uint64_t end = 0;
+    for (unsigned spins = 0; atomic_load(count) > 0; spins++) {
+        if (spins < 64)
+            continue;
+        if (!end)
+            end = now_ns() + WAIT_BOUND_NS;
+        else if (now_ns() > end)
+            return;
+        sched_yield();
+    }
+}
+
+VIPL_EXPORT void VipxFdCreateBegin(void)
+{
+    if (bracket_depth++ > 0)
+        return;
+    atomic_fetch_add(&creating, 1);
+    if (atomic_load(&app_closing) == 0)
+        return;
+    /* Let the application's close finish first; it waits for us too, so
+     * one side steps back, bounded in case that close lingers. */
+    atomic_fetch_sub(&creating, 1);
+    wait_for_none(&app_closing);
+    atomic_fetch_add(&creating, 1);
+}
+
+VIPL_EXPORT void VipxFdCreateEnd(void)
+{
+    if (--bracket_depth == 0)
+        atomic_fetch_sub(&creating, 1);
+}
+
+/* Where our descriptors go: high, but not so high that every process's
+ * descriptor table (copied by fork) grows large. */
+static int high_base(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return -1;
+    rlim_t base = rl.rlim_cur / 4 * 3;
+    return base > HIGH_BASE_MAX ? HIGH_BASE_MAX : (int)base;
+}
+
+static int adopt(int fd, bool move_up)
+{
+    if (fd < 0)
+        return fd;
+    int err = errno;
+    int base = move_up ? high_base() : -1, flags = fcntl(fd, F_GETFD);
+    if (base > fd && flags >= 0) {
+        int high = fcntl(fd, (flags & FD_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, base);
+        if (high >= 0) { /* else it stays where it is: still ours */
+            syscall(SYS_close, fd);
+            fd = high;
+        }
+    }
+    mark(fd, true);
+    errno = err;
+    return fd;
+}
+
+VIPL_EXPORT int VipxFdAdopt(int Fd)
+{
+    return adopt(Fd, true);
+}
+
+VIPL_EXPORT int VipxFdClose(int Fd)
+{
+    if (Fd < 0) {
+        errno = EBADF;
+        return -1;
+    }
+    VipxFdCreateBegin(); /* the number must not change hands halfway */
+    mark(Fd, false);
+    /* Not through a preload's close(): the number is not the program's. */
+    int rc = (int)syscall(SYS_close, Fd);
+    int err = errno;
+    VipxFdCreateEnd();
+    errno = err;
+    return rc;
+}
+
+VIPL_EXPORT VIP_BOOLEAN VipxFdAppCloseBegin(int Fd)
+{
+    atomic_fetch_add(&app_closing, 1);
+    if (bracket_depth == 0) /* not our own thread's bracket (a signal handler) */
+        wait_for_none(&creating);
+    if (!VipxFdIsOwn(Fd))
+        return VIP_FALSE;
+    atomic_fetch_sub(&app_closing, 1);
+    return VIP_TRUE;
+}
+
+VIPL_EXPORT void VipxFdAppCloseEnd(void)
+{
+    atomic_fetch_sub(&app_closing, 1);
+}
+
+/* A forked child has one thread: brackets of the others never end there. */
+static void forked_child(void)
+{
+    atomic_store(&creating, bracket_depth > 0);
+    atomic_store(&app_closing, 0);
+}
+
+__attribute__((constructor)) static void fdguard_init(void)
+{
+    pthread_atfork(NULL, NULL, forked_child);
+}
+
+/* ---- The library's creators ---------------------------------------------- */
+
+static int adopted(int fd)
+{
+    fd = VipxFdAdopt(fd);
+    VipxFdCreateEnd();
+    return fd;
+}
+
+int vipl_fd_memfd(const char *name, unsigned flags)
+{
+    VipxFdCreateBegin();
+    return adopted(memfd_create(name, flags));
+}
+
+int vipl_fd_socket(int domain, int type, int protocol)
+{
+    VipxFdCreateBegin();
+    return adopted(socket(domain, type, protocol));
+}
+
+int vipl_fd_socketpair(int domain, int type, int protocol, int sv[2])
+{
+    VipxFdCreateBegin();
+    int rc = socketpair(domain, type, protocol, sv);
+    if (rc == 0) {
+        sv[0] = VipxFdAdopt(sv[0]);
+        sv[1] = VipxFdAdopt(sv[1]);
+    }
+    VipxFdCreateEnd();
+    return rc;
+}
+
+int vipl_fd_accept4(int fd, int flags)
+{
+    VipxFdCreateBegin();
+    return adopted(accept4(fd, NULL, NULL, flags));
+}
+
+int vipl_fd_reserve(void)
+{
+    /* Low, unlike the others: it is given up so that an accept() finds a
+     * number under RLIMIT_NOFILE, which may have been lowered since. */
+    VipxFdCreateBegin();
+    int fd = adopt(open("/dev/null", O_RDONLY | O_CLOEXEC), false);
+    VipxFdCreateEnd();
+    return fd;
+}
+
+int vipl_fd_eventfd(unsigned initval, int flags)
+{
+    VipxFdCreateBegin();
+    return adopted(eventfd(initval, flags));
+}
+
+int vipl_fd_epoll(int flags)
+{
+    VipxFdCreateBegin();
+    return adopted(epoll_create1(flags));
+}
+
+int vipl_fd_pidfd(pid_t pid)
+{
+    VipxFdCreateBegin();
+    return adopted((int)syscall(SYS_pidfd_open, pid, 0));
+}
+
+int vipl_fd_dup(int fd)
+{
+    VipxFdCreateBegin();
+    return adopted(fcntl(fd, F_DUPFD_CLOEXEC, 0));
+}
+
+ssize_t vipl_fd_recvmsg(int sock, struct msghdr *mh, int flags)
+{
+    VipxFdCreateBegin();
+    ssize_t n = recvmsg(sock, mh, flags);
+    for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(mh) : NULL; c; c = CMSG_NXTHDR(mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(fd));
+            fd = VipxFdAdopt(fd);
+            memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(fd));
+        }
+    }
+    VipxFdCreateEnd();
+    return n;
+}
