@@ -279,13 +279,19 @@ static void *serve(void *arg)
     if (fstat(lfd, &self) != 0)
         return NULL;
     while (still_ours(lfd, &self)) {
+        /* Wait in poll, not in accept: a blocked accept holds the lowest
+         * free descriptor number (the kernel takes it before it waits),
+         * which the program's next open() would otherwise have had. */
+        struct pollfd p = {.fd = lfd, .events = POLLIN};
+        if (poll(&p, 1, -1) < 0 && errno != EINTR)
+            break;
         VipxFdCreateBegin();
         int c = VipxFdAdopt(accept4(lfd, NULL, NULL, SOCK_CLOEXEC));
         VipxFdCreateEnd();
         if (c < 0) {
             if (errno == EBADF || errno == EINVAL || errno == ENOTSOCK)
                 break; /* the descriptor is gone: nothing more to serve */
-            if (errno != EINTR && errno != ECONNABORTED) {
+            if (errno != EINTR && errno != ECONNABORTED && errno != EAGAIN) {
                 struct timespec ts = {0, 100000000}; /* EMFILE and the like */
                 nanosleep(&ts, NULL);
             }
@@ -345,7 +351,7 @@ static void start_locked(void)
         return;
     srv_last_try_ns = now;
     VipxFdCreateBegin();
-    int fd = VipxFdAdopt(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    int fd = VipxFdAdopt(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     VipxFdCreateEnd();
     if (fd < 0)
         return;

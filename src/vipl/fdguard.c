@@ -151,7 +151,7 @@ static int adopt(int fd, bool move_up)
     if (base > fd && flags >= 0) {
         int high = fcntl(fd, (flags & FD_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, base);
         if (high >= 0) { /* else it stays where it is: still ours */
-            syscall(SYS_close, fd);
+            close(fd);
             fd = high;
         }
     }
@@ -173,8 +173,10 @@ VIPL_EXPORT int VipxFdClose(int Fd)
     }
     VipxFdCreateBegin(); /* the number must not change hands halfway */
     mark(Fd, false);
-    /* Not through a preload's close(): the number is not the program's. */
-    int rc = (int)syscall(SYS_close, Fd);
+    /* Through close() (a preload's too: ThreadSanitizer must see every
+     * close of a number that another thread may be handed next); the
+     * bracket tells the preload not to wait for it. */
+    int rc = close(Fd);
     int err = errno;
     VipxFdCreateEnd();
     errno = err;
