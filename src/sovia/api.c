@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "sock.h"
+#include "transparent.h"
 
 struct sov_global sov_g = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -412,6 +413,12 @@ void sov_before_fork(void)
         if (!s)
             continue; /* a dup'ed socket is seen again: c->shared says so */
         sov_lock(&s->lock);
+        /* A server connection whose client has not answered yet pairs
+         * first: the WAKEUP answer must reach the process that sends the
+         * bytes written so far (the parent), not whichever polls first. */
+        if (s->tp_waiting && s->conn && !s->conn->tentative_since_ns &&
+            !sov_tp_settle_wait(&s, fd))
+            continue;
         struct sov_conn *c = s->conn;
         if (!s->dead && s->kind == SK_CONNECTED && c && !c->shared) {
             sov_progress(s);

@@ -181,38 +181,6 @@ static bool export_conn(struct sov_handoff *h, struct sov_sock *s, const int32_t
            write_all(h->memfd, posted, nposted * sizeof(posted[0]));
 }
 
-/*
- * An accepted connection is tentative until the client's WAKEUP answers
- * ours, which takes the client a moment; inetd forks and execs at once.
- * Waits (up to the pairing timeout) for it to pair or fall back. Called and
- * returns with the lock held; false: it fell back (and the lock is gone).
- */
-static bool settled(struct sov_sock **sp, int fd)
-{
-    struct sov_sock *s = *sp;
-    uint64_t deadline = sov_now_ns() + 1500000000u; /* past the client's pairing timeout */
-    while (s->tp_waiting && !s->dead) {
-        if (sov_now_ns() > deadline) {
-            sov_unlock(&s->lock);
-            return false; /* not handed over: the new image has the kernel socket */
-        }
-        enum sov_tp_state st = sov_tp_settle(s);
-        if (st == SOV_TP_FELL_BACK)
-            return false;
-        if (st == SOV_TP_PAIRED)
-            break;
-        sov_unlock(&s->lock);
-        struct timespec pause = {0, 100000};
-        nanosleep(&pause, NULL);
-        s = sov_lookup(fd);
-        if (!s)
-            return false;
-        sov_lock(&s->lock);
-        *sp = s;
-    }
-    return true;
-}
-
 int sov_inherit_export(struct sov_handoff *h)
 {
     *h = (struct sov_handoff){.memfd = -1};
@@ -236,7 +204,7 @@ int sov_inherit_export(struct sov_handoff *h)
         if (!s || !s->transparent)
             continue;
         sov_lock(&s->lock);
-        if (!settled(&s, fd))
+        if (!sov_tp_settle_wait(&s, fd))
             continue; /* fell back to TCP: the kernel socket is all there is */
         /* Each socket once, at its lowest surviving name. */
         unsigned n = s->dead || s->kind != SK_CONNECTED || !s->conn || s->tp_waiting

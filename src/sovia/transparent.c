@@ -366,6 +366,35 @@ enum sov_tp_state sov_tp_settle_soon(struct sov_sock *s)
     }
 }
 
+/* Up to the pairing timeout for the socket at `fd` to pair or fall back
+ * (see transparent.h). The socket may be closed and replaced meanwhile, so
+ * it is looked up again after each pause. */
+bool sov_tp_settle_wait(struct sov_sock **sp, int fd)
+{
+    struct sov_sock *s = *sp;
+    uint64_t deadline = sov_now_ns() + 1500000000u; /* past the client's pairing timeout */
+    while (s->tp_waiting && !s->dead) {
+        if (sov_now_ns() > deadline) {
+            sov_unlock(&s->lock);
+            return false;
+        }
+        enum sov_tp_state st = sov_tp_settle(s);
+        if (st == SOV_TP_FELL_BACK)
+            return false;
+        if (st == SOV_TP_PAIRED)
+            break;
+        sov_unlock(&s->lock);
+        struct timespec pause = {0, 100000};
+        nanosleep(&pause, NULL);
+        s = sov_lookup(fd);
+        if (!s)
+            return false;
+        sov_lock(&s->lock);
+        *sp = s;
+    }
+    return true;
+}
+
 /* Caller holds s->lock; returns with it released. The descriptor stays
  * open as the plain kernel socket it always was. */
 static void fall_back(struct sov_sock *s)

@@ -42,6 +42,14 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
  * from then on. */
 enum sov_tp_state sov_tp_settle(struct sov_sock *s);
 
+/* An accepted connection is tentative until the client's WAKEUP answers
+ * ours, which takes the client a moment; inetd forks and execs at once, and
+ * a server that forks must not leave two processes pairing one VI. Waits
+ * (up to the pairing timeout) for *sp, the socket at `fd`, to pair or fall
+ * back. Called and returns with the lock held, *sp updated; false: it fell
+ * back or the wait ran out (and the lock is gone). */
+bool sov_tp_settle_wait(struct sov_sock **sp, int fd);
+
 /* A server socket awaiting its client's answer takes up to one packet of
  * bytes at once, as a kernel socket's send buffer would (caller holds the
  * lock). The bytes taken, -EAGAIN when it holds all it can, or 0 when the
