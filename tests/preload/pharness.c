@@ -467,6 +467,17 @@ void p_case_known_bug(const char *name, p_role_fn server, p_role_fn client, int 
     skipped++;
 }
 
+void p_case_skip(const char *name, const char *why)
+{
+    if (!p_selected(name))
+        return;
+    case_name = name;
+    p_log("SKIP: %s", why);
+    case_name = "";
+    min_carried = 1;
+    skipped++;
+}
+
 /* ---- Running without the preload --------------------------------------------- */
 
 /* Re-executes this test as `what` of the current role: with or without

@@ -101,6 +101,8 @@ void p_case(const char *name, p_role_fn server, p_role_fn client, int expect);
 /* As p_case, but skipped (with the bug text) unless PRELOAD_TEST_KNOWN_BUGS=1. */
 void p_case_known_bug(const char *name, p_role_fn server, p_role_fn client,
                       int expect, const char *bug);
+/* Logs why a case does not run here, and counts it as skipped. */
+void p_case_skip(const char *name, const char *why);
 /* For the next case only: P_CARRIED wants carried >= n (default 1). */
 void p_expect_carried(unsigned n);
 /* Is this case selected (PRELOAD_TEST_CASES)? */
