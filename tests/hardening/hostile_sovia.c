@@ -85,6 +85,17 @@ static void sc_first(struct hs_round *r, const uint32_t p[2])
     hs_round_await_break(r);
 }
 
+#ifdef __SANITIZE_THREAD__
+/* sc_silent forks this client from the hostile role, whose sockets layer
+ * runs threads; ThreadSanitizer kills such a child when it starts threads
+ * of its own unless told otherwise (TSAN_OPTIONS still adds to this). */
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void)
+{
+    return "die_after_fork=0";
+}
+#endif
+
 /* Connects and says nothing: the victim's listener must go on accepting. */
 static void late_client(int chan, void *arg)
 {

@@ -313,6 +313,7 @@ static void *storm_thread(void *arg)
 {
     struct storm *s = arg;
     struct shm_peer *p = hp_peer(&s->hc->h);
+    hp_foreign_begin();
     while (!atomic_load(&s->stop)) {
         if (s->what == 0) {
             hp_ring(&s->hc->h);
@@ -329,6 +330,7 @@ static void *storm_thread(void *arg)
         if ((hc_rand32(&s->rng) & 63) == 0)
             usleep(50);
     }
+    hp_foreign_end();
     return NULL;
 }
 

@@ -220,6 +220,29 @@ uint32_t hp_next_seq(const struct hp *h)
     return hp_peer(h)->consumed + 1;
 }
 
+#ifdef __SANITIZE_THREAD__
+/* ThreadSanitizer's dynamic annotations (its runtime defines them). */
+void AnnotateIgnoreReadsBegin(const char *file, int line);
+void AnnotateIgnoreReadsEnd(const char *file, int line);
+void AnnotateIgnoreWritesBegin(const char *file, int line);
+void AnnotateIgnoreWritesEnd(const char *file, int line);
+
+void hp_foreign_begin(void)
+{
+    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+    AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
+}
+
+void hp_foreign_end(void)
+{
+    AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
+    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+}
+#else
+void hp_foreign_begin(void) {}
+void hp_foreign_end(void) {}
+#endif
+
 void hp_ring(struct hp *h)
 {
     struct shm_peer *p = hp_peer(h);

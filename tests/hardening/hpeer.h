@@ -115,6 +115,14 @@ uint32_t hp_next_seq(const struct hp *h);
 /* Bumps the victim's wake-up (futex word or wake socket), as a waker does. */
 void hp_ring(struct hp *h);
 
+/* A storm thread plays a second writer the victim cannot tell from its
+ * peer: it scribbles on shared memory while this process's own library
+ * uses the same bytes. Under ThreadSanitizer its accesses between these
+ * two calls are not recorded, as another process's would not be, so the
+ * races it exists to cause are not reported as this process's bugs. */
+void hp_foreign_begin(void);
+void hp_foreign_end(void);
+
 /* ---- Under `sovia run` ----------------------------------------------------------------- */
 
 /* The victim's ctl segment (its posted slots, export table, header) and

@@ -210,6 +210,7 @@ static void *storm_thread(void *arg)
 {
     struct hs_storm *st = arg;
     struct shm_peer *p = hp_peer(st->h);
+    hp_foreign_begin();
     while (!atomic_load(&st->stop)) {
         switch (st->kind) {
         case HS_STORM_WAKE:
@@ -232,6 +233,7 @@ static void *storm_thread(void *arg)
         if ((hc_rand32(&st->rng) & 63) == 0)
             usleep(50);
     }
+    hp_foreign_end();
     return NULL;
 }
 
