@@ -19,42 +19,7 @@
 #include "pharness.h"
 
 #define ECHO_BYTES (1u << 20)
-#define CHUNK 65536
 #define NCONNECT 50
-
-/* ---- the two sides of an echo, used with and without the preload ---------- */
-
-static void echo_serve(int fd)
-{
-    char *buf = malloc(CHUNK);
-    CHECK(buf != NULL);
-    ssize_t n;
-    while ((n = SYS(read(fd, buf, CHUNK))) > 0)
-        p_write_all(fd, buf, (size_t)n);
-    free(buf);
-    SYS(close(fd));
-}
-
-/* Sends ECHO_BYTES in chunks, reading each echo back before the next. */
-static void echo_check(int fd)
-{
-    char *out = malloc(ECHO_BYTES), *in = malloc(CHUNK);
-    CHECK(out && in);
-    p_fill(out, ECHO_BYTES, 4242);
-    for (size_t off = 0; off < ECHO_BYTES; off += CHUNK) {
-        size_t len = ECHO_BYTES - off < CHUNK ? ECHO_BYTES - off : CHUNK;
-        p_write_all(fd, out + off, len);
-        p_read_all(fd, in, len);
-        if (memcmp(in, out + off, len) != 0)
-            FAILF("echo differs in the chunk at %zu", off);
-    }
-    SYS(shutdown(fd, SHUT_WR));
-    char c;
-    CHECK_EQ(read(fd, &c, 1), 0);
-    SYS(close(fd));
-    free(out);
-    free(in);
-}
 
 /* ---- what the plain (no preload) image runs -------------------------------- */
 
@@ -89,10 +54,10 @@ static int run_plain(const char *what, struct p_role *r)
     if (strcmp(what, "echo-server") == 0) {
         int lfd = p_listener(&r->port);
         p_put_int(r, r->port);
-        echo_serve((int)SYS(accept(lfd, NULL, NULL)));
+        p_echo_serve((int)SYS(accept(lfd, NULL, NULL)));
         SYS(close(lfd));
     } else if (strcmp(what, "echo-client") == 0) {
-        echo_check(p_connect(r->port));
+        p_echo_check(p_connect(r->port), ECHO_BYTES, 4242);
     } else if (strcmp(what, "accept-n") == 0) {
         int lfd = p_listener(&r->port);
         p_put_int(r, r->port);
@@ -116,14 +81,14 @@ static void plain_echo_server(struct p_role *r)
 
 static void preloaded_echo_client(struct p_role *r)
 {
-    echo_check(p_connect(r->port));
+    p_echo_check(p_connect(r->port), ECHO_BYTES, 4242);
 }
 
 /* ---- preloaded server, plain client ----------------------------------------------- */
 
 static void preloaded_echo_server(struct p_role *r)
 {
-    echo_serve((int)SYS(accept(r->lfd, NULL, NULL)));
+    p_echo_serve((int)SYS(accept(r->lfd, NULL, NULL)));
 }
 
 static void plain_echo_client(struct p_role *r)
@@ -173,14 +138,14 @@ static void late_accept_server(struct p_role *r)
 {
     CHECK_EQ(p_get_int(r), 1); /* the client connected */
     p_sleep_ms(1500);          /* > SOVIA_PAIR_TIMEOUT_MS (1000) */
-    echo_serve((int)SYS(accept(r->lfd, NULL, NULL)));
+    p_echo_serve((int)SYS(accept(r->lfd, NULL, NULL)));
 }
 
 static void late_accept_client(struct p_role *r)
 {
     int fd = p_connect(r->port);
     p_put_int(r, 1);
-    echo_check(fd); /* the first write waits for pairing, then takes the kernel */
+    p_echo_check(fd, ECHO_BYTES, 4242); /* the first write waits for pairing, then takes the kernel */
 }
 
 /* ---- a forked child accepts on the inherited listener ------------------------ */
@@ -196,7 +161,7 @@ static void forked_accept_server(struct p_role *r)
         int fd = (int)SYS(accept(r->lfd, NULL, NULL));
         if (child_speaks_first)
             p_write_all(fd, "hello from the child", 20);
-        echo_serve(fd);
+        p_echo_serve(fd);
         exit(0);
     }
     CHECK(p_reap(pid, "server's child"));
@@ -210,7 +175,7 @@ static void forked_accept_client(struct p_role *r)
         p_read_all(fd, buf, 20);
         CHECK(memcmp(buf, "hello from the child", 20) == 0);
     }
-    echo_check(fd);
+    p_echo_check(fd, ECHO_BYTES, 4242);
 }
 
 static void child_first_server(struct p_role *r)

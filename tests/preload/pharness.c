@@ -670,6 +670,39 @@ void p_fill(void *buf, size_t len, uint64_t seed)
     }
 }
 
+#define P_ECHO_CHUNK 65536
+
+void p_echo_serve(int fd)
+{
+    char *buf = malloc(P_ECHO_CHUNK);
+    CHECK(buf != NULL);
+    ssize_t n;
+    while ((n = SYS(read(fd, buf, P_ECHO_CHUNK))) > 0)
+        p_write_all(fd, buf, (size_t)n);
+    free(buf);
+    SYS(close(fd));
+}
+
+void p_echo_check(int fd, size_t bytes, uint64_t seed)
+{
+    char *out = malloc(bytes ? bytes : 1), *in = malloc(P_ECHO_CHUNK);
+    CHECK(out && in);
+    p_fill(out, bytes, seed);
+    for (size_t off = 0; off < bytes; off += P_ECHO_CHUNK) {
+        size_t len = bytes - off < P_ECHO_CHUNK ? bytes - off : P_ECHO_CHUNK;
+        p_write_all(fd, out + off, len);
+        p_read_all(fd, in, len);
+        if (memcmp(in, out + off, len) != 0)
+            FAILF("echo differs in the chunk at %zu", off);
+    }
+    SYS(shutdown(fd, SHUT_WR));
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+    free(out);
+    free(in);
+}
+
 uint64_t p_hash(uint64_t h, const void *buf, size_t len)
 {
     const unsigned char *p = buf;

@@ -191,6 +191,12 @@ long long p_get_int(struct p_role *r);
 /* Both roles call it: neither returns before the other arrived. */
 void p_barrier(struct p_role *r);
 
+/* An echo: the server writes back what it reads until end of stream, then
+ * closes; the client sends `bytes` of p_fill(seed) in 64 KiB chunks, reads
+ * each chunk back (byte-exact), half-closes, expects end of stream, closes. */
+void p_echo_serve(int fd);
+void p_echo_check(int fd, size_t bytes, uint64_t seed);
+
 /* Deterministic pseudo-random bytes and a 64-bit hash (FNV-1a). */
 void p_fill(void *buf, size_t len, uint64_t seed);
 uint64_t p_hash(uint64_t h, const void *buf, size_t len);
