@@ -10,7 +10,7 @@ sovia="${SOVIA_BUILD:-$top/build}/src/tools/sovia/sovia"
 
 echo
 echo "== one-way latency, 4-byte messages, microseconds (lower is better) =="
-for t in limit vi sovia ucx vi-block sovia-adaptive tcp-poll tcp uds; do
+for t in limit limit-shared vi sovia ucx vi-block sovia-adaptive tcp-poll tcp uds; do
   "$sovia" bench lat --transport "$t" --size 4 --iters 50000 || true
 done
 echo

@@ -51,6 +51,7 @@ struct bench_transport {
 const struct bench_transport *bench_find_transport(const char *name);
 
 extern const struct bench_transport bench_transport_limit;
+extern const struct bench_transport bench_transport_limit_shared;
 extern const struct bench_transport bench_transport_tcp;
 extern const struct bench_transport bench_transport_tcp_nagle;
 extern const struct bench_transport bench_transport_tcp_poll;
