@@ -59,7 +59,9 @@ with tempfile.TemporaryDirectory() as tmp:
     exe = os.path.join(tmp, "prog")
     with open(src, "w") as f:
         f.write(PROGRAM)
-    run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", src, "-o", exe] + flags, env=env)
+    # The README's order: the flags before the source (the linker's
+    # --as-needed, Debian's default, must not drop the library).
+    run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror"] + flags + [src, "-o", exe], env=env)
     out = run([exe], env=dict(env, LD_LIBRARY_PATH=os.path.dirname(lib)))
     assert out.split() == ["shm0", str(4 << 20)], out
 
@@ -78,12 +80,12 @@ with tempfile.TemporaryDirectory() as tmp:
                 'int main(void) { struct sov_config c; sov_config_defaults(&c);'
                 ' printf("%u\\n", c.window); return 0; }\n')
     sflags = run(["pkg-config", "--cflags", "--libs", "sovia"], env=env).split()
-    run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", app, "-o", exe + "-sov"] + sflags,
+    run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror"] + sflags + [app, "-o", exe + "-sov"],
         env=env)
     out = run([exe + "-sov"], env=dict(env, LD_LIBRARY_PATH=os.path.dirname(lib)))
     assert out.split() == ["32"], out
 
-    help_text = run([os.path.join(prefix, "bin/sovia"), "--help"],
-                    env=dict(env, LD_LIBRARY_PATH=os.path.dirname(lib)))
+    # No LD_LIBRARY_PATH: the installed tool finds its libraries (RPATH).
+    help_text = run([os.path.join(prefix, "bin/sovia"), "--help"], env=env)
     assert "bench" in help_text, help_text
 print("install: 1 passed, 0 failed")
