@@ -28,8 +28,6 @@ static bool restartable(ssize_t n, unsigned interrupting_before)
 
 static ssize_t via_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
-    if (flags & MSG_OOB) /* the urgent byte is the kernel socket's: see via_send_urgent */
-        return KERNEL;
     int r = tp_prepare(fd, flags);
     if (r <= 0)
         return r == 0 ? KERNEL : -1;
@@ -43,12 +41,8 @@ static ssize_t via_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
     return n;
 }
 
-static ssize_t via_send_urgent(int fd, const struct iovec *iov, int iovcnt, int flags);
-
 static ssize_t via_send(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
-    if (flags & MSG_OOB)
-        return via_send_urgent(fd, iov, iovcnt, flags);
     ssize_t early = 0;
     int r = tp_prepare_send(fd, flags, iov, iovcnt, &early);
     if (r <= 0)
@@ -63,50 +57,6 @@ static ssize_t via_send(int fd, const struct iovec *iov, int iovcnt, int flags)
     if (n < 0 && errno == EBADF && !carried(fd))
         return KERNEL;
     return n;
-}
-
-/*
- * TCP urgent data on a carried connection (docs/ARCHITECTURE.md, "Urgent
- * data"): the bytes before the last go through sovia, the last one as the
- * urgent byte on the connection's own kernel socket, which both ends keep
- * and which carries nothing else. The peer's kernel then does what TCP
- * does: SIGURG to the socket's owner (F_SETOWN on the program's descriptor,
- * which is that socket), POLLPRI, recv(MSG_OOB), SIOCATMARK.
- */
-#define URGENT_IOV_STACK 16
-
-static ssize_t via_send_urgent(int fd, const struct iovec *iov, int iovcnt, int flags)
-{
-    int last = iovcnt - 1;
-    while (last >= 0 && iov[last].iov_len == 0)
-        last--;
-    if (last < 0)
-        return KERNEL; /* nothing to send: the kernel's answer */
-    /* Paired first: a byte on the kernel socket before the pairing would
-     * make both ends take the connection for a kernel one. */
-    int r = tp_prepare(fd, flags & ~MSG_OOB);
-    if (r <= 0)
-        return r == 0 ? KERNEL : -1;
-    struct iovec stack[URGENT_IOV_STACK], *head = stack;
-    if (last + 1 > URGENT_IOV_STACK && !(head = malloc((size_t)(last + 1) * sizeof(*head)))) {
-        errno = ENOBUFS;
-        return -1;
-    }
-    memcpy(head, iov, (size_t)(last + 1) * sizeof(*head));
-    head[last].iov_len--;
-    size_t in_band = 0;
-    for (int k = 0; k <= last; k++)
-        in_band += head[k].iov_len;
-    ssize_t n = in_band ? via_send(fd, head, last + 1, flags & ~MSG_OOB) : 0;
-    if (head != stack)
-        free(head);
-    if (n == KERNEL || n < 0 || (size_t)n < in_band)
-        return n; /* not carried (all of it to the kernel), an error, or a short send */
-    const char *urgent = (const char *)iov[last].iov_base + iov[last].iov_len - 1;
-    ssize_t u = real.send(fd, urgent, 1, flags);
-    if (u == 1)
-        return n + 1;
-    return n > 0 ? n : -1;
 }
 
 PRELOAD_EXPORT ssize_t read(int fd, void *buf, size_t len)

@@ -10,7 +10,6 @@
 #include <time.h>
 
 #include "sock.h"
-#include "transparent.h"
 
 static void abort_conn(struct sov_conn *c)
 {
@@ -568,11 +567,6 @@ ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
         return -EOPNOTSUPP;
     if (s->kind != SK_CONNECTED)
         return -ENOTCONN;
-    if (s->oobinline && s->transparent && !(flags & MSG_PEEK)) {
-        ssize_t urgent = sov_tp_recv_urgent_inline(s, iov, iovcnt);
-        if (urgent > 0)
-            return urgent;
-    }
     size_t want = 0;
     for (int k = 0; k < iovcnt; k++)
         want += iov[k].iov_len;

@@ -88,10 +88,6 @@ static void pending_writable(struct pollfd *f)
         f->revents = POLLOUT;
 }
 
-/* A kernel entry that stands for a transparent socket's urgent data only
- * (its kernel socket carries nothing else): only POLLPRI counts from it. */
-#define KMAP_URGENT_ONLY ((nfds_t)1 << (sizeof(nfds_t) * 8 - 1))
-
 /* One pass over every entry; returns the number ready. Kernel descriptors
  * are polled with a zero timeout only when `kernel` is set. */
 static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, nfds_t *nk,
@@ -126,12 +122,7 @@ static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, 
                     break;
                 }
                 fds[i].revents = sov_sock_revents(s, fds[i].events);
-                bool urgent = s->transparent && (fds[i].events & POLLPRI);
                 sov_unlock(&s->lock);
-                if (urgent) { /* the peer's MSG_OOB byte: src/preload/io.c */
-                    kfds[*nk] = (struct pollfd){.fd = fds[i].fd, .events = POLLPRI};
-                    kmap[(*nk)++] = i | KMAP_URGENT_ONLY;
-                }
                 continue;
             }
             sov_unlock(&s->lock);
@@ -143,11 +134,8 @@ static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, 
         kmap[(*nk)++] = i;
     }
     if (kernel && *nk && kernel_now(kfds, *nk) > 0)
-        for (nfds_t k = 0; k < *nk; k++) {
-            bool urgent_only = kmap[k] & KMAP_URGENT_ONLY;
-            fds[kmap[k] & ~KMAP_URGENT_ONLY].revents |=
-                urgent_only ? (kfds[k].revents & POLLPRI) : kfds[k].revents;
-        }
+        for (nfds_t k = 0; k < *nk; k++)
+            fds[kmap[k]].revents |= kfds[k].revents;
     int ready = 0;
     for (nfds_t i = 0; i < n; i++)
         ready += fds[i].revents != 0;

@@ -160,7 +160,6 @@ struct sov_sock {
 
     /* options */
     bool nodelay, reuseaddr, keepalive;
-    bool oobinline; /* SO_OOBINLINE: a transparent socket's urgent byte is in-band */
     struct linger linger;
     int sndbuf;
     int so_error;

@@ -88,10 +88,6 @@ static void inherit_options(struct sov_sock *s)
     len = sizeof(s->linger);
     if (getsockopt(s->fd, SOL_SOCKET, SO_LINGER, &s->linger, &len) != 0)
         s->linger = (struct linger){0, 0};
-    len = sizeof(on);
-    on = 0;
-    if (getsockopt(s->fd, SOL_SOCKET, SO_OOBINLINE, &on, &len) == 0)
-        s->oobinline = on != 0;
 }
 
 static int publish(struct sov_sock *s)
@@ -485,20 +481,4 @@ void sov_tp_drop_stale(int fd)
         return;
     }
     fall_back(s);
-}
-
-/* The peer's urgent byte (MSG_OOB) travels on the connection's own kernel
- * socket (src/preload/io.c). With SO_OOBINLINE the kernel queues it there
- * in-band, where no carried read would look: the next receive returns it
- * first. The system call itself: recv() is the preload's. */
-ssize_t sov_tp_recv_urgent_inline(struct sov_sock *s, const struct iovec *iov, int iovcnt)
-{
-    for (int k = 0; k < iovcnt; k++) {
-        if (!iov[k].iov_len)
-            continue;
-        long r = syscall(SYS_recvfrom, s->fd, iov[k].iov_base, iov[k].iov_len, MSG_DONTWAIT, NULL,
-                         NULL);
-        return r > 0 ? (ssize_t)r : 0;
-    }
-    return 0;
 }

@@ -75,8 +75,5 @@ void sov_tp_set_nonblock(int fd, bool on);
 /* fd was closed behind our back and its number reused: forget the old socket. */
 void sov_tp_drop_stale(int fd);
 int sov_tp_unread(int fd, int *bytes);
-/* With SO_OOBINLINE: an urgent byte the kernel socket holds in-band, read
- * into iov (its length, or 0 if there is none). Caller holds the lock. */
-ssize_t sov_tp_recv_urgent_inline(struct sov_sock *s, const struct iovec *iov, int iovcnt);
 
 #endif /* SOVIA_TRANSPARENT_H */
