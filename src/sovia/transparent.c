@@ -324,7 +324,11 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
             send_early(s);
             return SOV_TP_PAIRED;
         }
-        if (c->reset) {
+        /* The VI ended before it paired: reset, or every process on the
+         * other side went (PeerClosed: a client killed or exiting before
+         * it answered our WAKEUP). Its end, if any, is the kernel
+         * connection's: the peer's kernel sent FIN or RST there. */
+        if (c->reset || c->peer_gone) {
             fall_back(s);
             return SOV_TP_FELL_BACK;
         }
