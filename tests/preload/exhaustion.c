@@ -16,10 +16,10 @@
  *     service threads answer the client's request while the program waits
  *     in accept(); the accept must still get the connection.
  * Each case makes two connections, each echoing 256 KiB; the short side
- * holds the same descriptors after the second as after the first (the
- * first may leave sovia's per-process ones, made once).
+ * holds the same descriptors, memfds, memfd mappings and threads after the
+ * second as after the first (the first may leave sovia's per-process ones,
+ * made once).
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -30,17 +30,6 @@
 #define ECHO_BYTES (256u * 1024)
 #define FD_LIMIT 64
 #define SPARE_FDS 3
-
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    CHECK(d != NULL);
-    int n = 0;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n - 3; /* ".", ".." and the directory's own descriptor */
-}
 
 /* Lowers RLIMIT_NOFILE to FD_LIMIT and fills the free numbers below it but
  * `spare`, with /dev/null. sovia's own descriptors sit at high numbers
@@ -59,10 +48,32 @@ static void leave_free_fds(int spare)
         SYS(open("/dev/null", O_RDONLY | O_CLOEXEC));
 }
 
+/* One echo connection, as the client or the server. */
+static void echo_once(struct p_role *r, bool server)
+{
+    if (server)
+        p_echo_serve((int)SYS(accept(r->lfd, NULL, NULL)));
+    else
+        p_echo_check(p_connect(r->port), ECHO_BYTES, 777);
+}
+
+/* Two echo connections; the short side (`check`) holds after the second
+ * what it held after the first. */
+static void echo_twice(struct p_role *r, bool server, bool check)
+{
+    echo_once(r, server);
+    struct p_held after_first = p_held_now();
+    echo_once(r, server);
+    struct p_held now = p_held_now();
+    if (check && !p_held_equal(&after_first, &now))
+        FAILF("fds %d -> %d, memfds %d -> %d, memfd mappings %d -> %d, threads %d -> %d",
+              after_first.fds, now.fds, after_first.memfds, now.memfds, after_first.maps,
+              now.maps, after_first.threads, now.threads);
+}
+
 static void plain_server(struct p_role *r)
 {
-    for (int i = 0; i < 2; i++)
-        p_echo_serve((int)SYS(accept(r->lfd, NULL, NULL)));
+    echo_twice(r, true, false);
 }
 
 /* ---- the client short of descriptors ------------------------------------------ */
@@ -70,24 +81,18 @@ static void plain_server(struct p_role *r)
 static void client_short_of_fds(struct p_role *r)
 {
     leave_free_fds(SPARE_FDS);
-    p_echo_check(p_connect(r->port), ECHO_BYTES, 777);
-    int after_first = count_fds();
-    p_echo_check(p_connect(r->port), ECHO_BYTES, 777);
-    CHECK_EQ(count_fds(), after_first);
+    echo_twice(r, false, true);
 }
 
 /* ---- the client short of file size --------------------------------------------- */
 
 static void client_short_of_file_size(struct p_role *r)
 {
-    struct rlimit rl = {4096, RLIM_INFINITY};
+    struct rlimit rl;
     SYS(getrlimit(RLIMIT_FSIZE, &rl));
     rl.rlim_cur = 4096;
     SYS(setrlimit(RLIMIT_FSIZE, &rl));
-    p_echo_check(p_connect(r->port), ECHO_BYTES, 777); /* a SIGXFSZ would have killed us here */
-    int after_first = count_fds();
-    p_echo_check(p_connect(r->port), ECHO_BYTES, 777);
-    CHECK_EQ(count_fds(), after_first);
+    echo_twice(r, false, true); /* a SIGXFSZ would kill us here */
 }
 
 /* ---- the server short of descriptors ------------------------------------------- */
@@ -96,17 +101,13 @@ static void server_short_of_fds(struct p_role *r)
 {
     leave_free_fds(SPARE_FDS);
     p_barrier(r); /* the client connects only now */
-    p_echo_serve((int)SYS(accept(r->lfd, NULL, NULL)));
-    int after_first = count_fds();
-    p_echo_serve((int)SYS(accept(r->lfd, NULL, NULL)));
-    CHECK_EQ(count_fds(), after_first);
+    echo_twice(r, true, true);
 }
 
 static void client_after_barrier(struct p_role *r)
 {
     p_barrier(r);
-    p_echo_check(p_connect(r->port), ECHO_BYTES, 777);
-    p_echo_check(p_connect(r->port), ECHO_BYTES, 777);
+    echo_twice(r, false, false);
 }
 
 int main(void)

@@ -134,60 +134,17 @@ static bool pattern_ok(const uint8_t *in, size_t n, uint64_t seed, uint64_t off)
 
 /* ---- What a process holds --------------------------------------------------------- */
 
-struct held {
-    int fds, memfds, maps, threads;
-};
-
-/* Entries of a /proc directory; with `memfds`, how many link to a memfd. */
-static int proc_entries(const char *dir, int *memfds)
-{
-    DIR *d = opendir(dir);
-    CHECK(d != NULL);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        if (e->d_name[0] == '.')
-            continue;
-        n++;
-        char path[300], to[64];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        ssize_t k = memfds ? readlink(path, to, sizeof to - 1) : -1;
-        if (k > 0 && (to[k] = '\0', strncmp(to, "/memfd:", 7) == 0))
-            (*memfds)++;
-    }
-    closedir(d);
-    return n;
-}
-
-static struct held held_now(void)
-{
-    struct held h = {0};
-    h.fds = proc_entries("/proc/self/fd", &h.memfds);
-    h.threads = proc_entries("/proc/self/task", NULL);
-    FILE *f = fopen("/proc/self/maps", "r");
-    CHECK(f != NULL);
-    char line[512];
-    while (fgets(line, sizeof line, f))
-        h.maps += strstr(line, "/memfd:") != NULL;
-    fclose(f);
-    return h;
-}
-
-static bool held_equal(const struct held *a, const struct held *b)
-{
-    return memcmp(a, b, sizeof *a) == 0;
-}
-
 /* Once `still_ms` went by without a change (a connection closed just
  * before may still be going down on a service thread), or once it equals
  * *want; at most 3 s. */
-static struct held held_after(const struct held *want, int still_ms)
+static struct p_held held_after(const struct p_held *want, int still_ms)
 {
     double end = p_now_ms() + 3000, since = p_now_ms();
-    struct held h = held_now();
-    while (p_now_ms() < end && !(want ? held_equal(&h, want) : p_now_ms() - since >= still_ms)) {
+    struct p_held h = p_held_now();
+    while (p_now_ms() < end && !(want ? p_held_equal(&h, want) : p_now_ms() - since >= still_ms)) {
         p_sleep_ms(10);
-        struct held again = held_now();
-        if (!held_equal(&again, &h))
+        struct p_held again = p_held_now();
+        if (!p_held_equal(&again, &h))
             since = p_now_ms();
         h = again;
     }
@@ -575,7 +532,7 @@ static void kill_role(struct p_role *r)
     bool server = strcmp(r->role, "server") == 0;
     if (server)
         SYS(fcntl(r->lfd, F_SETFL, O_NONBLOCK));
-    struct held base = {0};
+    struct p_held base = {0};
     double t0 = p_now_ms();
     for (unsigned i = 0; i < nplans; i++) {
         alarm(P_WATCHDOG_S);
@@ -590,8 +547,8 @@ static void kill_role(struct p_role *r)
             p_barrier(r); /* before the other role's next connection comes */
         }
     }
-    struct held now = held_after(&base, 0);
-    if (!held_equal(&base, &now))
+    struct p_held now = held_after(&base, 0);
+    if (!p_held_equal(&base, &now))
         FAILF("after %u iterations: fds %d -> %d, memfds %d -> %d, memfd mappings %d -> %d, "
               "threads %d -> %d",
               nplans, base.fds, now.fds, base.memfds, now.memfds, base.maps, now.maps,

@@ -2,6 +2,7 @@
 #include "pharness.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -701,6 +702,47 @@ void p_echo_check(int fd, size_t bytes, uint64_t seed)
     SYS(close(fd));
     free(out);
     free(in);
+}
+
+/* ---- What a process holds --------------------------------------------------- */
+
+/* Entries of a /proc directory; with `memfds`, how many link to a memfd. */
+static int proc_entries(const char *dir, int *memfds)
+{
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        n++;
+        char path[300], to[64];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        ssize_t k = memfds ? readlink(path, to, sizeof to - 1) : -1;
+        if (k > 0 && (to[k] = '\0', strncmp(to, "/memfd:", 7) == 0))
+            (*memfds)++;
+    }
+    closedir(d);
+    return n;
+}
+
+struct p_held p_held_now(void)
+{
+    struct p_held h = {0};
+    h.fds = proc_entries("/proc/self/fd", &h.memfds);
+    h.threads = proc_entries("/proc/self/task", NULL);
+    FILE *f = fopen("/proc/self/maps", "r");
+    CHECK(f != NULL);
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        h.maps += strstr(line, "/memfd:") != NULL;
+    fclose(f);
+    return h;
+}
+
+bool p_held_equal(const struct p_held *a, const struct p_held *b)
+{
+    return memcmp(a, b, sizeof *a) == 0;
 }
 
 uint64_t p_hash(uint64_t h, const void *buf, size_t len)

@@ -197,6 +197,14 @@ void p_barrier(struct p_role *r);
 void p_echo_serve(int fd);
 void p_echo_check(int fd, size_t bytes, uint64_t seed);
 
+/* What this process holds: descriptors (of which memfds), memfd mappings,
+ * threads. A leak check compares two of these. */
+struct p_held {
+    int fds, memfds, maps, threads;
+};
+struct p_held p_held_now(void);
+bool p_held_equal(const struct p_held *a, const struct p_held *b);
+
 /* Deterministic pseudo-random bytes and a 64-bit hash (FNV-1a). */
 void p_fill(void *buf, size_t len, uint64_t seed);
 uint64_t p_hash(uint64_t h, const void *buf, size_t len);

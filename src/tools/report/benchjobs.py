@@ -11,7 +11,8 @@ from .modes import parse_size, size_text
 # Rough one-way microseconds (fixed, per byte): they only size the runs.
 _COST = {
     "limit": (0.15, 0.0), "limit-shared": (0.08, 0.0), "vi": (0.25, 0.00015),
-    "vi-copy": (0.3, 0.0002), "vi-block": (0.3, 0.00015), "vi-notify": (45, 0.0002), "sovia": (0.3, 0.00016),
+    "vi-copy": (0.3, 0.0002), "vi-block": (0.3, 0.00015), "vi-notify": (45, 0.0002),
+    "sovia": (0.3, 0.00016),
     "sovia-adaptive": (0.4, 0.00016), "sovia-block": (8, 0.0002), "tcp": (10, 0.0003),
     "tcp-poll": (3, 0.0003), "uds": (6, 0.0003), "preload": (0.5, 0.0002),
     "ucx": (0.5, 0.0002),
