@@ -120,7 +120,10 @@ const char *VipxReturnString(VIP_RETURN Code);
 /*
  * Connections held by several processes (fork). After fork() the child has
  * a copy of every VI; VipxNicAfterFork, called in the child, restarts the
- * provider's background threads for them. VipxViShare tells the provider
+ * provider's background threads for them, and closes the child's copies of
+ * the NIC's listening endpoints, as VipxNicLeaveListening does alone (for a
+ * child that will not use the NIC): listening (VipConnectWait) stays the
+ * parent's, and the child must listen anew to accept. VipxViShare tells the provider
  * that this connected VI is now held by more than one process: the end of
  * this process no longer ends the connection, only the last holder's does.
  * VipxViRelease is how one holder lets go of a shared connected VI: the VI
@@ -129,6 +132,7 @@ const char *VipxReturnString(VIP_RETURN Code);
  * (PeerClosed in VipxQueryViStats) when the last holder releases it or exits.
  */
 VIP_RETURN VipxNicAfterFork(VIP_NIC_HANDLE NicHandle);
+VIP_RETURN VipxNicLeaveListening(VIP_NIC_HANDLE NicHandle);
 VIP_RETURN VipxViShare(VIP_VI_HANDLE ViHandle);
 VIP_RETURN VipxViRelease(VIP_VI_HANDLE ViHandle);
 

@@ -216,25 +216,75 @@ PRELOAD_EXPORT int listen(int fd, int backlog)
     return rc;
 }
 
+/*
+ * accept() on a listening socket whose shadow listener is not this
+ * process's: inherited over fork (a prefork server's workers, a daemon
+ * whose parent listened and exited) or exec (inetd), or a port another
+ * process shadows (SO_REUSEPORT). The client queued its VI with that
+ * listener, which can never pair it: a claim makes it let go, so the
+ * client falls back to this kernel connection now, not at its pairing
+ * timeout. If nobody shadows the port any more, this process starts its
+ * own shadow listener, and the connections that follow are carried.
+ */
+static void accepted_elsewhere(int fd, int nfd)
+{
+    int domain;
+    struct sockaddr_storage local;
+    socklen_t len = sizeof(local);
+    if (!tcp_stream(fd, &domain) || getsockname(fd, (struct sockaddr *)&local, &len) != 0 ||
+        sov_tp_claim(nfd, (struct sockaddr *)&local) != -ECONNREFUSED)
+        return;
+    /* Not under shadows_lock: starting a listener closes descriptors. */
+    struct sov_sock *l = sov_tp_listen(fd, domain, (struct sockaddr *)&local, SOMAXCONN);
+    if (!l) /* another process (or thread) was first */
+        return;
+    pthread_mutex_lock(&shadows_lock);
+    struct shadow *h = shadow_find(fd);
+    if (!h && (h = calloc(1, sizeof(*h))) != NULL) {
+        h->fd = fd;
+        h->next = shadows;
+        shadows = h;
+        atomic_fetch_add(&nshadows, 1);
+    } else if (h && !h->inherited) {
+        h = NULL; /* a thread of ours was first */
+    }
+    if (h) { /* an inherited copy is the parent's memory: left alone */
+        h->l = l;
+        h->inherited = false;
+    }
+    pthread_mutex_unlock(&shadows_lock);
+    if (!h)
+        sov_tp_unlisten(l);
+}
+
 PRELOAD_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
 {
     preload_ready();
     int nfd = real.accept4(fd, addr, addrlen, flags);
-    if (nfd < 0 || !atomic_load_explicit(&nshadows, memory_order_relaxed))
+    if (nfd < 0)
         return nfd;
-    if (carried(nfd)) /* stale entry for a reused number */
+    bool shadowing = atomic_load_explicit(&nshadows, memory_order_relaxed) != 0;
+    if (shadowing && carried(nfd)) /* stale entry for a reused number */
         sov_tp_drop_stale(nfd);
-    pthread_mutex_lock(&shadows_lock);
-    struct shadow *h = shadow_find(fd);
-    struct sov_sock *l = h && !h->inherited ? h->l : NULL;
-    pthread_mutex_unlock(&shadows_lock);
+    int saved = errno;
     struct sockaddr_storage peer;
     socklen_t plen = sizeof(peer);
-    if (!l || getpeername(nfd, (struct sockaddr *)&peer, &plen) != 0 ||
-        !sov_addr_is_local((struct sockaddr *)&peer, plen))
+    if (getpeername(nfd, (struct sockaddr *)&peer, &plen) != 0 ||
+        (peer.ss_family != AF_INET && peer.ss_family != AF_INET6) ||
+        !sov_addr_is_local((struct sockaddr *)&peer, plen)) {
+        errno = saved;
         return nfd;
-    int saved = errno;
-    if (sov_tp_accept(l, nfd, (struct sockaddr *)&peer, flags & SOCK_NONBLOCK) != 0)
+    }
+    struct sov_sock *l = NULL;
+    if (shadowing) {
+        pthread_mutex_lock(&shadows_lock);
+        struct shadow *h = shadow_find(fd);
+        l = h && !h->inherited ? h->l : NULL;
+        pthread_mutex_unlock(&shadows_lock);
+    }
+    if (!l)
+        accepted_elsewhere(fd, nfd);
+    else if (sov_tp_accept(l, nfd, (struct sockaddr *)&peer, flags & SOCK_NONBLOCK) != 0)
         atomic_fetch_add(&sov_g.tp_kernel, 1);
     errno = saved;
     return nfd;

@@ -52,8 +52,9 @@ void sov_addr_set_port(struct sockaddr_storage *a, uint16_t port)
 }
 
 /* The VI address of a socket address (malloc'd; free()). An unspecified
- * host (0.0.0.0, ::) becomes loopback: only this host is reachable. */
-VIP_NET_ADDRESS *sov_vi_address(const struct sockaddr *a)
+ * host (0.0.0.0, ::) becomes loopback: only this host is reachable. `kind`
+ * 0: the socket's own; else one more discriminator byte (CLAIM_MARK). */
+static VIP_NET_ADDRESS *vi_address(const struct sockaddr *a, uint8_t kind)
 {
     uint8_t host[16];
     uint16_t hlen;
@@ -70,11 +71,32 @@ VIP_NET_ADDRESS *sov_vi_address(const struct sockaddr *a)
         memcpy(host, &in6, 16);
         hlen = 16;
     }
-    uint8_t disc[sizeof(DISC_PREFIX) - 1 + 2];
+    uint8_t disc[sizeof(DISC_PREFIX) - 1 + 3];
     uint16_t port = htons(sov_addr_port(a));
     memcpy(disc, DISC_PREFIX, sizeof(DISC_PREFIX) - 1);
     memcpy(disc + sizeof(DISC_PREFIX) - 1, &port, 2);
-    return VipxAllocNetAddress(host, hlen, disc, sizeof(disc));
+    disc[sizeof(disc) - 1] = kind;
+    return VipxAllocNetAddress(host, hlen, disc, (uint16_t)(sizeof(disc) - (kind ? 0 : 1)));
+}
+
+VIP_NET_ADDRESS *sov_vi_address(const struct sockaddr *a)
+{
+    return vi_address(a, 0);
+}
+
+#define CLAIM_MARK 'C'
+
+VIP_NET_ADDRESS *sov_vi_claim_address(const struct sockaddr *a)
+{
+    return vi_address(a, CLAIM_MARK);
+}
+
+bool sov_vi_is_claim(const VIP_NET_ADDRESS *va)
+{
+    const uint8_t *disc = va->HostAddress + va->HostAddressLen;
+    return va->DiscriminatorLen == sizeof(DISC_PREFIX) - 1 + 3 &&
+           !memcmp(disc, DISC_PREFIX, sizeof(DISC_PREFIX) - 1) &&
+           disc[va->DiscriminatorLen - 1] == CLAIM_MARK;
 }
 
 /* A peer's VI address (from VipConnectWait) back into a socket address. */

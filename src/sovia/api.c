@@ -474,6 +474,8 @@ void sov_after_fork_child(void)
     }
     if (sov_g.nic && atomic_load(&sov_g.open_conns))
         VipxNicAfterFork(sov_g.nic);
+    else if (sov_g.nic) /* the parent's listening must not outlive it here */
+        VipxNicLeaveListening(sov_g.nic);
     if (atomic_load(&sov_g.open_conns) == 0 && !sov_g.pairing) {
         /* Nothing of the parent's to keep using: the next connection gets a
          * NIC and CQ of this process (the parent's are left alone). */

@@ -579,6 +579,44 @@ static unsigned queue_slice(struct sov_listener *l)
     return queued ? 20 : 500;
 }
 
+/*
+ * sovia run: another process of ours (a forked child, a program exec'd
+ * with the listening socket) accepted one of this port's kernel
+ * connections and sent its end of it as the token of a claim. The VI that
+ * connection's client queued here can never be paired: it goes now, so the
+ * client falls back at once instead of at its pairing timeout. Refusing the
+ * claim, after that, is the answer the claimant waits for. Only the holder
+ * of the connection's server end can name its VI (token_matches).
+ */
+static bool token_matches(int token, int fd);
+
+static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch)
+{
+    int token = -1;
+    VipxConnToken(ch, &token);
+    struct sockaddr_storage client;
+    socklen_t len = sizeof(client);
+    if (token >= 0 && getpeername(token, (struct sockaddr *)&client, &len) == 0) {
+        uint16_t port = sov_addr_port((struct sockaddr *)&client);
+        pthread_mutex_lock(&l->s->wait_lock);
+        for (unsigned i = 0; i < l->count; i++) {
+            struct pending *p = &l->q[(l->head + i) % l->cap];
+            if (sov_addr_port((struct sockaddr *)&p->peer) != port ||
+                !token_matches(p->token, token))
+                continue;
+            struct pending taken = queue_take(l, i);
+            pthread_mutex_unlock(&l->s->wait_lock);
+            pending_drop(&taken); /* the client sees its VI go */
+            pthread_mutex_lock(&l->s->wait_lock);
+            break;
+        }
+        pthread_mutex_unlock(&l->s->wait_lock);
+    }
+    if (token >= 0)
+        VipxFdClose(token);
+    VipConnectReject(ch);
+}
+
 static void *connection_thread(void *arg)
 {
     struct sov_listener *l = arg;
@@ -603,6 +641,11 @@ static void *connection_thread(void *arg)
             settle(l, est, &nest);
             if (l->transparent)
                 prune_broken(l);
+            continue;
+        }
+        if (l->transparent && sov_vi_is_claim(remote)) {
+            serve_claim(l, ch);
+            settle(l, est, &nest);
             continue;
         }
         struct pending p = {.token = -1};
@@ -922,4 +965,39 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
         return NULL;
     }
     return c;
+}
+
+/* The claimant (see serve_claim): `fd` was accepted on a socket listening
+ * at `listening`, whose shadow listener another process runs. 0 when that
+ * process answered (the client, if it queued a VI there, falls back now);
+ * -ECONNREFUSED when nobody listens there any more (that process went);
+ * another -errno when no answer came in time. The claim's own VI carries
+ * no data: no arena, no posted receive. */
+int sov_claim(int fd, const struct sockaddr *listening)
+{
+    struct sockaddr_storage own;
+    socklen_t len = sizeof(own);
+    if (getsockname(fd, (struct sockaddr *)&own, &len) != 0)
+        return -errno;
+    VIP_NET_ADDRESS *from = sov_vi_claim_address((struct sockaddr *)&own);
+    VIP_NET_ADDRESS *to = sov_vi_address(listening);
+    VIP_VI_ATTRIBUTES va = conn_attrs(&sov_g.cfg);
+    VIPX_VI_CONFIG vc = {.QueueDepth = 1, .StagingBytes = 64};
+    VIP_VI_HANDLE vi = NULL;
+    int err = -ENOMEM;
+    if (from && to && VipxCreateVi(sov_g.nic, &va, NULL, NULL, &vc, &vi) == VIP_SUCCESS &&
+        VipxViSetConnectToken(vi, fd) == VIP_SUCCESS) {
+        VIP_VI_ATTRIBUTES ra;
+        VIP_RETURN r = VipConnectRequest(vi, from, to, 200, &ra);
+        err = r == VIP_REJECT ? 0 : r == VIP_NO_MATCH ? -ECONNREFUSED : map_connect_error(r);
+        if (r == VIP_SUCCESS) { /* not a sovia listener's answer */
+            VipDisconnect(vi);
+            err = -EPROTO;
+        }
+    }
+    if (vi)
+        VipDestroyVi(vi);
+    free(from);
+    free(to);
+    return err;
 }

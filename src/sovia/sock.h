@@ -261,6 +261,9 @@ uint16_t sov_addr_port(const struct sockaddr *a);
 bool sov_addr_is_local(const struct sockaddr *a, socklen_t len);
 void sov_addr_set_port(struct sockaddr_storage *a, uint16_t port);
 VIP_NET_ADDRESS *sov_vi_address(const struct sockaddr *a);
+/* sovia run: the address a claim comes from (see sov_claim), and the test. */
+VIP_NET_ADDRESS *sov_vi_claim_address(const struct sockaddr *a);
+bool sov_vi_is_claim(const VIP_NET_ADDRESS *va);
 int sov_sockaddr_from_vi(const VIP_NET_ADDRESS *va, int domain, struct sockaddr_storage *out,
                          socklen_t *len);
 int sov_reserve_port(struct sov_sock *s, uint16_t port); /* 0 = any free port */
@@ -282,6 +285,7 @@ int sov_listen_start(struct sov_sock *s, int backlog, bool transparent);
 int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *local,
                           const struct sockaddr *peer);
 struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct sockaddr *peer);
+int sov_claim(int fd, const struct sockaddr *listening);
 void sov_listen_stop(struct sov_sock *s);
 void sov_listen_forked(struct sov_sock *s);
 struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *peer,

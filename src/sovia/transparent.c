@@ -168,6 +168,12 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
     return 0;
 }
 
+int sov_tp_claim(int fd, const struct sockaddr *listening)
+{
+    int err = sov_init();
+    return err ? err : sov_claim(fd, listening);
+}
+
 static void fall_back(struct sov_sock *s);
 
 /* ---- Bytes written before the client answered ------------------------------ */

@@ -35,6 +35,13 @@ void sov_tp_listen_forked(struct sov_sock *l);
 /* Pairs the accepted kernel socket `fd` with its client's VI; -ENOENT when
  * the client does not run sovia. */
 int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool nonblock);
+/* `fd` was accepted on a socket listening at `listening` whose shadow
+ * listener is another process's (inherited over fork or exec, or a port
+ * shared with SO_REUSEPORT): that process lets go of the VI the client
+ * queued there, and the client falls back to the kernel connection at once.
+ * 0 when it answered; -ECONNREFUSED when nobody shadows the port (the
+ * caller may start its own shadow listener); another -errno otherwise. */
+int sov_tp_claim(int fd, const struct sockaddr *listening);
 
 /* Where a connection stands (caller holds the socket's lock; PAIRED at
  * once unless it awaits pairing). SOV_TP_FELL_BACK: the socket was

@@ -109,6 +109,17 @@ VIPL_EXPORT VIP_RETURN VipxNicAfterFork(VIP_NIC_HANDLE NicHandle)
         pthread_mutex_init(&pools[i]->lock, NULL);
     if (nic->prov->after_fork)
         nic->prov->after_fork(nic);
+    return VipxNicLeaveListening(NicHandle);
+}
+
+/* In a forked child: listening stays the parent's. */
+VIPL_EXPORT VIP_RETURN VipxNicLeaveListening(VIP_NIC_HANDLE NicHandle)
+{
+    struct vipl_nic *nic = nic_of(NicHandle);
+    if (!nic)
+        return VIP_INVALID_PARAMETER;
+    if (nic->prov->leave_listening)
+        nic->prov->leave_listening(nic);
     return VIP_SUCCESS;
 }
 

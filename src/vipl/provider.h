@@ -212,6 +212,7 @@ struct vipl_provider {
 
     /* Connections held by several processes (VipxViShare & co.). */
     void (*after_fork)(struct vipl_nic *nic);   /* in the child */
+    void (*leave_listening)(struct vipl_nic *nic); /* in the child: close its listener copies */
     VIP_RETURN (*share_vi)(struct vipl_vi *vi);  /* connected VIs only */
     void (*release_vi)(struct vipl_vi *vi);      /* drop the connection locally */
 

@@ -293,6 +293,7 @@ void shm_release_vi(struct vipl_vi *vi);
 VIP_RETURN shm_listen(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
 VIP_RETURN shm_unlisten(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
 void shm_close_listeners(struct shm_nic *snic);
+void shm_forget_listeners(struct shm_nic *snic); /* in a forked child */
 /* Best-effort one-message notice to the peer (BROKEN / DISCONNECT). */
 void shm_conn_notify(struct shm_peer *peer, enum shm_msg_type type);
 

@@ -326,6 +326,28 @@ void shm_close_listeners(struct shm_nic *snic)
     }
 }
 
+/*
+ * In a forked child (one thread): its copies of the listening sockets go.
+ * The parent's connection threads serve them; a copy kept here would keep
+ * the name bound after the parent exits, and a client dialling it would
+ * wait for an answer nobody gives, its request (and the descriptors it
+ * carries) stuck in the backlog. Not shutdown(): the socket is the
+ * parent's too. A reference held by a parent's thread (VipConnectWait)
+ * has no thread here to use it.
+ */
+void shm_forget_listeners(struct shm_nic *snic)
+{
+    while (snic->listeners) {
+        struct shm_listener *l = snic->listeners;
+        snic->listeners = l->next;
+        VipxFdClose(l->fd);
+        int r = atomic_load(&l->reserve);
+        if (r >= 0)
+            VipxFdClose(r);
+        free(l);
+    }
+}
+
 VIP_RETURN shm_listen(struct vipl_nic *nic, const VIP_NET_ADDRESS *local)
 {
     if (!host_is_local(local))

@@ -55,6 +55,11 @@ static void shm_after_fork(struct vipl_nic *nic)
     snic->agent = shm_agent_after_fork(snic->agent, nic);
 }
 
+static void shm_leave_listening(struct vipl_nic *nic)
+{
+    shm_forget_listeners(shm_nic(nic));
+}
+
 static void shm_query_nic(struct vipl_nic *nic, VIP_NIC_ATTRIBUTES *a)
 {
     (void)nic;
@@ -118,6 +123,7 @@ const struct vipl_provider vipl_provider_shm = {
     .unlisten = shm_unlisten,
     .cq_wait_fd = shm_cq_wait_fd,
     .after_fork = shm_after_fork,
+    .leave_listening = shm_leave_listening,
     .share_vi = shm_share_vi,
     .release_vi = shm_release_vi,
     .vi_export = shm_vi_export,

@@ -1,0 +1,256 @@
+/*
+ * prefork: accept() in a process other than the one that called listen()
+ * (docs/ARCHITECTURE.md, "Transparent mode": a claim, or a new shadow
+ * listener). The client queues its VI with the listening process's shadow
+ * listener; a connection another process accepts can never pair there, and
+ * before the claim every such connection waited out the client's pairing
+ * timeout (1 s). Cases:
+ *  - workers_accept: the listening process forks two workers that accept
+ *    (a prefork server) and never accepts itself;
+ *  - daemon_takes_over: the listening process forks and exits, the child
+ *    serves (a daemon that listens before it detaches). The child used to
+ *    keep the parent's shadow listener bound with nobody serving it: each
+ *    client waited 1 s, and a client's close() never reached the server
+ *    (its socket stayed in flight in that listener's backlog). Now the
+ *    child's first accept() starts its own shadow listener, and the
+ *    connections after it are carried;
+ *  - exec_inherits_listener: a child execs a program that accepts on the
+ *    inherited listening socket while the listening process lives on
+ *    (inetd's "wait" services);
+ *  - reuseport: a second process listens on the same port (SO_REUSEPORT)
+ *    and accepts some of the connections.
+ * Every connection is an exchange the client ends with close() alone (no
+ * shutdown): byte-exact, within CONN_BOUND_MS (a behaviour bound, against
+ * the 1 s pairing timeout), and the server sees the end of stream within
+ * EOF_BOUND_MS.
+ */
+#include "pharness.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define CONNS 6
+#define BYTES (32u << 10)
+#define CONN_BOUND_MS 500
+#define EOF_BOUND_MS 2000
+
+/* Echoes one connection until the client's end of stream, which must come
+ * within EOF_BOUND_MS of the last byte. */
+static void serve_one(int fd)
+{
+    static char buf[65536];
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (SYS(poll(&p, 1, EOF_BOUND_MS)) == 0)
+            FAILF("no end of stream %d ms after the client's last byte", EOF_BOUND_MS);
+        ssize_t n = SYS(read(fd, buf, sizeof buf));
+        if (n == 0)
+            break;
+        p_write_all(fd, buf, (size_t)n);
+    }
+    SYS(close(fd));
+}
+
+static void serve(int lfd, int conns)
+{
+    for (int i = 0; i < conns; i++)
+        serve_one((int)SYS(accept(lfd, NULL, NULL)));
+}
+
+/* CONNS exchanges; each ends with close() alone. */
+static void exchanges(int port, int conns)
+{
+    static char out[BYTES], in[BYTES];
+    for (int i = 0; i < conns; i++) {
+        double t0 = p_now_ms();
+        int fd = p_connect(port);
+        p_fill(out, sizeof out, 0x9e3779b9u + (uint64_t)i);
+        p_write_all(fd, out, sizeof out);
+        p_read_all(fd, in, sizeof in);
+        if (memcmp(in, out, sizeof in) != 0)
+            FAILF("connection %d: echo differs", i);
+        SYS(close(fd));
+        double ms = p_now_ms() - t0;
+        if (ms > CONN_BOUND_MS)
+            FAILF("connection %d took %.0f ms (bound %d)", i, ms, CONN_BOUND_MS);
+    }
+}
+
+static void reap_ok(pid_t pid, const char *what)
+{
+    if (!p_reap(pid, what))
+        FAILF("%s failed", what);
+}
+
+/* ---- workers accept, the listening process does not -------------------- */
+
+static void workers_server(struct p_role *r)
+{
+    pid_t w[2];
+    for (int k = 0; k < 2; k++) {
+        if ((w[k] = SYS(fork())) == 0) {
+            p_child_safety();
+            for (;;)
+                serve(r->lfd, 1);
+        }
+    }
+    CHECK_EQ(p_get_int(r), CONNS); /* the client is done */
+    for (int k = 0; k < 2; k++) {
+        int st;
+        SYS(kill(w[k], SIGTERM));
+        SYS(waitpid(w[k], &st, 0));
+        if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGTERM)
+            FAILF("worker %d ended with status %#x", k, st);
+    }
+}
+
+static void workers_client(struct p_role *r)
+{
+    exchanges(r->port, CONNS);
+    p_put_int(r, CONNS);
+}
+
+/* ---- a daemon that listened before it detached -------------------------- */
+
+static void daemon_server(struct p_role *r)
+{
+    pid_t parent = getpid();
+    if (SYS(fork()) != 0)
+        return; /* the listening process exits: its shadow listener goes */
+    p_child_safety();
+    prctl(PR_SET_PDEATHSIG, 0); /* outlives its parent: the watchdog stays */
+    double t0 = p_now_ms();
+    while (getppid() == parent) {
+        if (p_now_ms() - t0 > 5000)
+            FAILF("the listening process did not exit");
+        p_sleep_ms(1);
+    }
+    p_put_int(r, getpid());
+    serve(r->lfd, CONNS);
+    exit(0); /* writes this process's stat record */
+}
+
+static void daemon_client(struct p_role *r)
+{
+    pid_t daemon = (pid_t)p_get_int(r);
+    exchanges(r->port, CONNS);
+    if (p_kernel_mode())
+        return;
+    /* The first connection came while nobody shadowed the port; the
+     * daemon's first accept() started its shadow listener. */
+    struct p_stat st;
+    double t0 = p_now_ms();
+    while (!p_stat_of(daemon, &st)) {
+        if (p_now_ms() - t0 > 5000)
+            FAILF("the daemon (pid %d) wrote no stat record", (int)daemon);
+        p_sleep_ms(5);
+    }
+    p_log("daemon record: carried %u fell_back %u kernel %u", st.carried, st.fell_back,
+          st.kernel);
+    CHECK_EQ(st.carried, CONNS - 1);
+}
+
+/* ---- a program exec'd with the listening socket ------------------------ */
+
+static void exec_server(struct p_role *r)
+{
+    pid_t c = SYS(fork());
+    if (c == 0) {
+        p_child_safety();
+        SYS(fcntl(r->lfd, F_SETFD, 0));
+        char arg[16];
+        snprintf(arg, sizeof arg, "%d", r->lfd);
+        p_exec_again(r, "accept-loop", arg);
+    }
+    reap_ok(c, "exec'd server");
+}
+
+static void exec_client(struct p_role *r)
+{
+    exchanges(r->port, CONNS);
+}
+
+static int accept_loop(const char *lfd)
+{
+    serve(atoi(lfd), CONNS);
+    return 0;
+}
+
+/* ---- a second listener on the port (SO_REUSEPORT) ------------------------ */
+
+static int reuseport_listener(int port)
+{
+    int fd = (int)SYS(socket(AF_INET, SOCK_STREAM, 0));
+    int on = 1;
+    SYS(setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on));
+    struct sockaddr_in a = p_loopback(port);
+    SYS(bind(fd, (struct sockaddr *)&a, sizeof a));
+    SYS(listen(fd, 64));
+    return fd;
+}
+
+static void reuseport_server(struct p_role *r)
+{
+    SYS(close(r->lfd));
+    int port = p_free_port();
+    int first = reuseport_listener(port);
+    int ready[2];
+    SYS(pipe(ready));
+    pid_t w = SYS(fork());
+    if (w == 0) {
+        p_child_safety();
+        SYS(close(first));
+        int second = reuseport_listener(port);
+        SYS(write(ready[1], "x", 1));
+        for (;;)
+            serve(second, 1);
+    }
+    char x;
+    CHECK_EQ(read(ready[0], &x, 1), 1);
+    p_put_int(r, port);
+    /* Both processes accept until the client is done. */
+    for (;;) {
+        struct pollfd p[2] = {{.fd = first, .events = POLLIN}, {.fd = r->from_peer, .events = POLLIN}};
+        SYS(poll(p, 2, -1));
+        if (p[1].revents)
+            break;
+        serve(first, 1);
+    }
+    CHECK_EQ(p_get_int(r), 2 * CONNS);
+    int st;
+    SYS(kill(w, SIGTERM));
+    SYS(waitpid(w, &st, 0));
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGTERM)
+        FAILF("second listener ended with status %#x", st);
+}
+
+static void reuseport_client(struct p_role *r)
+{
+    exchanges((int)p_get_int(r), 2 * CONNS);
+    p_put_int(r, 2 * CONNS);
+}
+
+int main(int argc, char **argv)
+{
+    struct p_role again;
+    const char *extra = NULL;
+    const char *what = p_exec_role(argc, argv, &again, &extra);
+    if (what && strcmp(what, "accept-loop") == 0)
+        return accept_loop(extra);
+    if (what)
+        FAILF("unknown re-executed role %s", what);
+
+    p_init("prefork");
+    /* The listening process's record has nothing; the client's says why. */
+    p_case("workers_accept", workers_server, workers_client, P_CLIENT_FELLBACK);
+    p_case("daemon_takes_over", daemon_server, daemon_client, P_NO_STATS);
+    p_case("exec_inherits_listener", exec_server, exec_client, P_CLIENT_FELLBACK);
+    p_case("reuseport", reuseport_server, reuseport_client, P_NO_STATS);
+    return p_done();
+}
