@@ -3,13 +3,25 @@
 
 #include <ctype.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <vipl_ext.h>
 
+#include "shm.h" /* the connection messages, to forge a REQUEST */
 #include "sovia/sharness.h"
 
 
@@ -208,4 +220,340 @@ VIP_NET_ADDRESS *hc_addr_room(void)
 void hc_round_disc(char *buf, size_t len, const char *prefix, unsigned round)
 {
     snprintf(buf, len, "%s-%u", prefix, round);
+}
+
+/* ---- Two users ------------------------------------------------------------------ */
+
+static int run_quiet(char *const argv[])
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int add_user(struct hc_user *u)
+{
+    char *argv[] = {"/usr/sbin/useradd", "--system", "--no-create-home", "--shell",
+                    "/usr/sbin/nologin", u->name, NULL};
+    if (run_quiet(argv) != 0)
+        return -1;
+    struct passwd *pw = getpwnam(u->name);
+    if (!pw)
+        return -1;
+    u->uid = pw->pw_uid;
+    u->gid = pw->pw_gid;
+    return 0;
+}
+
+static void del_user(const struct hc_user *u)
+{
+    char *argv[] = {"/usr/sbin/userdel", (char *)u->name, NULL};
+    run_quiet(argv);
+}
+
+int hc_users_make(struct hc_user *a, struct hc_user *b)
+{
+    alarm(0); /* hc_users_run's deadline instead: the users must be removed whatever happens */
+    if (geteuid() != 0 || access("/usr/sbin/useradd", X_OK) != 0) {
+        s_log("SKIP: needs root and useradd to create two users (euid %u)", (unsigned)geteuid());
+        return -1;
+    }
+    snprintf(a->name, sizeof a->name, "hrda%05d", (int)(getpid() % 100000));
+    snprintf(b->name, sizeof b->name, "hrdb%05d", (int)(getpid() % 100000));
+    if (add_user(a) != 0) {
+        s_log("SKIP: useradd %s failed", a->name);
+        return -1;
+    }
+    if (add_user(b) != 0) {
+        del_user(a);
+        s_log("SKIP: useradd %s failed", b->name);
+        return -1;
+    }
+    s_log("users %s (uid %u) and %s (uid %u)", a->name, (unsigned)a->uid, b->name,
+          (unsigned)b->uid);
+    return 0;
+}
+
+/* SIGKILLs every process of uid (the users are the test's own: all they
+ * run was started by it) and waits until none is left, at most 2 s:
+ * userdel refuses a user with processes. */
+static void end_processes_of(uid_t uid)
+{
+    double end = s_now_ms() + 2000;
+    for (;;) {
+        int left = 0;
+        DIR *d = opendir("/proc");
+        struct dirent *e;
+        while (d && (e = readdir(d)) != NULL) {
+            struct stat st;
+            char p[300];
+            if (!isdigit((unsigned char)e->d_name[0]))
+                continue;
+            snprintf(p, sizeof p, "/proc/%s", e->d_name);
+            if (stat(p, &st) == 0 && st.st_uid == uid) {
+                kill((pid_t)atoi(e->d_name), SIGKILL);
+                left++;
+            }
+        }
+        if (d)
+            closedir(d);
+        if (!left || s_now_ms() > end)
+            return;
+        s_sleep_ms(20);
+    }
+}
+
+int hc_users_run(const struct hc_user *a, const struct hc_user *b, void (*logic)(void),
+                 unsigned seconds)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(seconds);
+        logic();
+        s_wait_all();
+        _exit(0);
+    }
+    int st = 0;
+    double end = s_now_ms() + seconds * 1000.0 + 5000;
+    pid_t w = 0;
+    while ((w = waitpid(pid, &st, WNOHANG)) == 0 && s_now_ms() < end)
+        s_sleep_ms(20);
+    if (w == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    end_processes_of(a->uid);
+    end_processes_of(b->uid);
+    del_user(a);
+    del_user(b);
+    CHECK_MSG(!getpwnam(a->name) && !getpwnam(b->name), "userdel left a user behind");
+    return w == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+void hc_become(const struct hc_user *u)
+{
+    CHECK(setgroups(0, NULL) == 0);
+    CHECK(setgid(u->gid) == 0);
+    CHECK(setuid(u->uid) == 0);
+    CHECK(geteuid() == u->uid && getuid() == u->uid);
+    prctl(PR_SET_DUMPABLE, 1);         /* /proc/<pid> owned by the user, as usual */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  /* cleared by the credential change */
+}
+
+/* ---- Another user's view of a process ---------------------------------------------- */
+
+int hc_check_memfd_modes(pid_t pid)
+{
+    int n = 0;
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[400], target[256] = "";
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(p, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        ssize_t k = readlink(p, target, sizeof target - 1);
+        target[k > 0 ? k : 0] = 0;
+        if (strncmp(target, "/memfd:", 7) != 0)
+            continue; /* the program's own files */
+        CHECK_MSG(!(st.st_mode & 077), "fd %s (%s) has mode %o", e->d_name, target,
+                  (unsigned)(st.st_mode & 0777));
+        n++;
+    }
+    closedir(d);
+    snprintf(dir, sizeof dir, "/proc/%d/map_files", (int)pid);
+    d = opendir(dir);
+    CHECK(d != NULL);
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[400], target[256] = "";
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        ssize_t k = readlink(p, target, sizeof target - 1);
+        target[k > 0 ? k : 0] = 0;
+        struct stat st;
+        if (strncmp(target, "/memfd:", 7) != 0 || stat(p, &st) != 0)
+            continue;
+        CHECK_MSG(!(st.st_mode & 077), "mapping %s (%s) has mode %o", e->d_name, target,
+                  (unsigned)(st.st_mode & 0777));
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+int hc_memfd_fds(pid_t pid, int *out, int max)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < max) {
+        char p[400], target[256];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        ssize_t k = readlink(p, target, sizeof target - 1);
+        if (k > 0 && (target[k] = 0, strncmp(target, "/memfd:", 7) == 0))
+            out[n++] = atoi(e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+void hc_check_proc_closed(pid_t pid, const int *memfds, int n)
+{
+    char name[160];
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "/proc/%d/fd/%d", (int)pid, memfds[i]);
+        errno = 0;
+        int f = open(name, O_RDWR);
+        CHECK_MSG(f < 0 && errno == EACCES, "opening another user's memfd %s: %s", name,
+                  f >= 0 ? "opened" : s_errname(errno));
+    }
+    static const char *const files[] = {"maps", "mem", "map_files/", "fd/"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(name, sizeof name, "/proc/%d/%s", (int)pid, files[i]);
+        errno = 0;
+        int f = open(name, O_RDONLY | (files[i][strlen(files[i]) - 1] == '/' ? O_DIRECTORY : 0));
+        CHECK_MSG(f < 0 && errno == EACCES, "opening another user's %s: %s", name,
+                  f >= 0 ? "opened" : s_errname(errno));
+    }
+}
+
+/* ---- Raw probes of abstract names ---------------------------------------------------- */
+
+static socklen_t abstract_name(struct sockaddr_un *sun, const void *name, size_t len)
+{
+    *sun = (struct sockaddr_un){.sun_family = AF_UNIX};
+    CHECK(len < sizeof sun->sun_path);
+    memcpy(sun->sun_path + 1, name, len);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len);
+}
+
+int hc_abstract_listen(const void *name, size_t len)
+{
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    CHECK(s >= 0);
+    struct sockaddr_un sun;
+    socklen_t slen = abstract_name(&sun, name, len);
+    CHECK_MSG(bind(s, (struct sockaddr *)&sun, slen) == 0, "binding an abstract name: %s",
+              s_errname(errno));
+    CHECK(listen(s, 4) == 0);
+    return s;
+}
+
+int hc_abstract_connect(const void *name, size_t len, int type)
+{
+    int s = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+    CHECK(s >= 0);
+    struct sockaddr_un sun;
+    socklen_t slen = abstract_name(&sun, name, len);
+    if (connect(s, (struct sockaddr *)&sun, slen) != 0) {
+        int e = errno;
+        close(s);
+        errno = e;
+        return -1;
+    }
+    return s;
+}
+
+void hc_expect_dropped(int s, const char *what)
+{
+    struct pollfd p = {s, POLLIN, 0};
+    CHECK_MSG(poll(&p, 1, 3000) == 1, "%s: no answer at all within 3 s", what);
+    char buf[512];
+    union {
+        char c[CMSG_SPACE(sizeof(int) * 8)];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {buf, sizeof buf};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.c,
+                        .msg_controllen = sizeof u.c};
+    ssize_t n = recvmsg(s, &mh, MSG_DONTWAIT);
+    CHECK_MSG(n == 0 || (n < 0 && errno == ECONNRESET), "%s: got %zd bytes (%s)", what, n,
+              n < 0 ? s_errname(errno) : "data");
+    /* (On an error the kernel leaves msg_controllen as we set it.) */
+    CHECK_MSG(n < 0 || mh.msg_controllen == 0, "%s: descriptors were passed", what);
+}
+
+void hc_send_request(int s)
+{
+    int fds[4];
+    for (int i = 0; i < 4; i++) {
+        fds[i] = memfd_create("b-seg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        CHECK(fds[i] >= 0 && ftruncate(fds[i], 65536) == 0);
+        CHECK(fcntl(fds[i], F_ADD_SEALS,
+                    F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | (i == 0 || i == 2 ? F_SEAL_FUTURE_WRITE : 0)) == 0);
+    }
+    struct shm_msg m = {.magic = SHM_MAGIC, .version = SHM_VERSION, .type = SHM_MSG_REQUEST,
+                        .reliability = VIP_SERVICE_RELIABLE_DELIVERY, .max_transfer = 4096,
+                        .host_len = 4, .disc_len = 3};
+    memcpy(m.addr, "\x7f\0\0\x01" "bbb", 7);
+    union {
+        char c[CMSG_SPACE(sizeof(int) * 4)];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {&m, sizeof m};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.c,
+                        .msg_controllen = sizeof u.c};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof fds);
+    memcpy(CMSG_DATA(c), fds, sizeof fds);
+    /* The send may fail once the listener has dropped us: also a refusal. */
+    ssize_t n = sendmsg(s, &mh, MSG_NOSIGNAL);
+    (void)n;
+    for (int i = 0; i < 4; i++)
+        close(fds[i]);
+}
+
+/* ---- sovia stat ------------------------------------------------------------------------ */
+
+const char *hc_sovia_stat(const char *sovia_cmd)
+{
+    int pfd[2];
+    CHECK(pipe2(pfd, O_CLOEXEC) == 0);
+    pid_t c = fork();
+    if (c == 0) {
+        dup2(pfd[1], 1);
+        execl(sovia_cmd, "sovia", "stat", "--json", (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    static char out[1 << 16];
+    size_t len = 0;
+    ssize_t n;
+    while (len < sizeof out - 1 && (n = read(pfd[0], out + len, sizeof out - 1 - len)) > 0)
+        len += (size_t)n;
+    out[len] = 0;
+    close(pfd[0]);
+    int st = 0;
+    CHECK(waitpid(c, &st, 0) == c);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? out : NULL;
+}
+
+int hc_stat_lists_pid(const char *out, pid_t pid)
+{
+    char key[48];
+    snprintf(key, sizeof key, "\"pid\": %d,", (int)pid);
+    return strstr(out, key) != NULL;
 }

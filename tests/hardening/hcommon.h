@@ -1,7 +1,9 @@
 /*
  * hcommon.h - helpers shared by the hardening tests: what a process holds
  * (descriptors, threads, memfds) to find leaks, files sovia-named in
- * /dev/shm and /tmp, and VI addresses on loopback.
+ * /dev/shm and /tmp, VI addresses on loopback, and for the isolation tests
+ * two users, their processes' memfds, raw abstract-socket probes and
+ * `sovia stat`.
  */
 #ifndef SOVIA_TESTS_HARDENING_HCOMMON_H
 #define SOVIA_TESTS_HARDENING_HCOMMON_H
@@ -73,5 +75,56 @@ VIP_NET_ADDRESS *hc_addr(const char *disc);
 VIP_NET_ADDRESS *hc_addr_room(void);
 /* "<prefix>-<round>" */
 void hc_round_disc(char *buf, size_t len, const char *prefix, unsigned round);
+
+/* ---- Two users (the isolation tests; root only) --------------------------- */
+
+struct hc_user {
+    char name[32];
+    uid_t uid;
+    gid_t gid;
+};
+
+/* Creates two system users (useradd, no home) named "hrda<pid>" and
+ * "hrdb<pid>". 0 on success; -1 after logging why not (not root, no
+ * useradd, useradd failed): the caller skips the test. */
+int hc_users_make(struct hc_user *a, struct hc_user *b);
+/* Runs logic() in a forked child that must exit 0 within `seconds`
+ * (killed after), then ends any process the two users still have and
+ * removes them, whatever happened. 1 if logic() succeeded. */
+int hc_users_run(const struct hc_user *a, const struct hc_user *b, void (*logic)(void),
+                 unsigned seconds);
+/* In a forked role: become the user for good (and stay inspectable and
+ * killable as an ordinary process of that user is). */
+void hc_become(const struct hc_user *u);
+
+/* Fails unless every memfd process pid has open or mapped has mode 0600
+ * (no group or other bits); returns how many it checked. */
+int hc_check_memfd_modes(pid_t pid);
+/* The descriptor numbers of pid's memfds (at most max). */
+int hc_memfd_fds(pid_t pid, int *out, int max);
+
+/* Run by another user: pid's memfds (their numbers read before, as root,
+ * with hc_memfd_fds), /proc/<pid>/maps, mem, map_files/ and fd/ cannot be
+ * opened (EACCES); fails otherwise. */
+void hc_check_proc_closed(pid_t pid, const int *memfds, int n);
+
+/* Binds the abstract Unix SOCK_SEQPACKET name of len bytes (squatting it)
+ * and listens; the socket. */
+int hc_abstract_listen(const void *name, size_t len);
+/* A connect to the abstract Unix name of len bytes (SOCK_SEQPACKET or
+ * SOCK_STREAM); -1 with errno. */
+int hc_abstract_connect(const void *name, size_t len, int type);
+/* Waits for what the other side of s sends: end of file or a reset is
+ * the expected answer; a byte or a descriptor, or nothing within 3 s, fails. */
+void hc_expect_dropped(int s, const char *what);
+/* Sends on s a well-formed shm REQUEST carrying four sealed memfds of our own. */
+void hc_send_request(int s);
+
+/* `sovia stat --json` run by the current user: its output (in a static
+ * buffer), or NULL if it did not run or failed (e.g. the user may not
+ * execute sovia_cmd). */
+const char *hc_sovia_stat(const char *sovia_cmd);
+/* Whether that output lists a connection of process pid. */
+int hc_stat_lists_pid(const char *out, pid_t pid);
 
 #endif

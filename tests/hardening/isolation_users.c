@@ -27,83 +27,20 @@
  * RDMA-write protection (wrong handle, wrong ptag, out of bounds, region or
  * VI not enabled; no byte touched) is tests/vipl/rdma_write.c's.
  */
-#include <dirent.h>
-#include <fcntl.h>
-#include <grp.h>
-#include <poll.h>
-#include <pwd.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <vipl_ext.h>
+
 #include "hcommon.h"
-#include "shm.h" /* the connection messages, to forge a REQUEST */
 #include "sovia/sharness.h"
 
 static const char *sovia_cmd; /* the sovia command (argv[1] or HARDENING_SOVIA_CMD) */
-static char name_a[32], name_b[32];
-static uid_t uid_a, uid_b;
-static gid_t gid_a, gid_b;
+static struct hc_user ua, ub;
 static char disc_a[48], disc_squat[48];
-
-/* ---- Users -------------------------------------------------------------------------------------- */
-
-static int run_quiet(char *const argv[])
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) != pid)
-        return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static int add_user(const char *name, uid_t *uid, gid_t *gid)
-{
-    char *argv[] = {"/usr/sbin/useradd", "--system", "--no-create-home", "--shell",
-                    "/usr/sbin/nologin", (char *)name, NULL};
-    if (run_quiet(argv) != 0)
-        return -1;
-    struct passwd *pw = getpwnam(name);
-    if (!pw)
-        return -1;
-    *uid = pw->pw_uid;
-    *gid = pw->pw_gid;
-    return 0;
-}
-
-static void del_user(const char *name)
-{
-    char *argv[] = {"/usr/sbin/userdel", (char *)name, NULL};
-    run_quiet(argv);
-}
-
-/* In a forked role: become the user for good (and stay inspectable and
- * killable as an ordinary process of that user is). */
-static void become(uid_t uid, gid_t gid)
-{
-    CHECK(setgroups(0, NULL) == 0);
-    CHECK(setgid(gid) == 0);
-    CHECK(setuid(uid) == 0);
-    CHECK(geteuid() == uid && getuid() == uid);
-    prctl(PR_SET_DUMPABLE, 1);         /* /proc/<pid> owned by the user, as usual */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  /* cleared by the credential change */
-}
 
 /* ---- User A ------------------------------------------------------------------------------------------ */
 
@@ -114,57 +51,10 @@ static VIP_NIC_HANDLE nic_open(void)
     return nic;
 }
 
-/* Modes of every regular file the process has open or mapped. */
-static int check_file_modes(pid_t pid)
-{
-    int n = 0;
-    char dir[64];
-    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
-    DIR *d = opendir(dir);
-    CHECK(d != NULL);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char p[400], target[256] = "";
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (stat(p, &st) != 0 || !S_ISREG(st.st_mode))
-            continue;
-        ssize_t k = readlink(p, target, sizeof target - 1);
-        target[k > 0 ? k : 0] = 0;
-        if (strncmp(target, "/memfd:", 7) != 0)
-            continue; /* the program's own files (none here but the binary's) */
-        CHECK_MSG(!(st.st_mode & 077), "fd %s (%s) has mode %o", e->d_name, target,
-                  (unsigned)(st.st_mode & 0777));
-        n++;
-    }
-    closedir(d);
-    snprintf(dir, sizeof dir, "/proc/%d/map_files", (int)pid);
-    d = opendir(dir);
-    CHECK(d != NULL);
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char p[400], target[256] = "";
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        ssize_t k = readlink(p, target, sizeof target - 1);
-        target[k > 0 ? k : 0] = 0;
-        struct stat st;
-        if (strncmp(target, "/memfd:", 7) != 0 || stat(p, &st) != 0)
-            continue;
-        CHECK_MSG(!(st.st_mode & 077), "mapping %s (%s) has mode %o", e->d_name, target,
-                  (unsigned)(st.st_mode & 0777));
-        n++;
-    }
-    closedir(d);
-    return n;
-}
-
 static void a_server(int chan, void *arg)
 {
     (void)arg;
-    become(uid_a, gid_a);
+    hc_become(&ua);
     VIP_NIC_HANDLE nic = nic_open();
     VIP_NET_ADDRESS *la = hc_addr(disc_a);
     CHECK(VipxListen(nic, la) == VIP_SUCCESS);
@@ -243,112 +133,13 @@ static VIP_RETURN dial(const char *local, const char *remote, unsigned timeout_m
 static void a_client(int chan, void *arg)
 {
     const char *disc = arg;
-    become(uid_a, gid_a);
+    hc_become(&ua);
     char mine[64];
     snprintf(mine, sizeof mine, "%s-c", disc);
     s_put_u64(chan, (uint64_t)dial(mine, disc, 3000));
 }
 
 /* ---- User B ------------------------------------------------------------------------------------------ */
-
-/* A connect to an abstract Unix name (SOCK_SEQPACKET or SOCK_STREAM); -1 with errno. */
-static int abstract_connect(const char *name, int type)
-{
-    int s = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
-    CHECK(s >= 0);
-    struct sockaddr_un sun = {.sun_family = AF_UNIX};
-    size_t n = strlen(name);
-    memcpy(sun.sun_path + 1, name, n);
-    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
-    if (connect(s, (struct sockaddr *)&sun, len) != 0) {
-        int e = errno;
-        close(s);
-        errno = e;
-        return -1;
-    }
-    return s;
-}
-
-/* Waits for what the other side sends: 0 (end of file / reset) is the
- * expected answer; a byte or a descriptor fails. */
-static void expect_dropped(int s, const char *what)
-{
-    struct pollfd p = {s, POLLIN, 0};
-    CHECK_MSG(poll(&p, 1, 3000) == 1, "%s: no answer at all within 3 s", what);
-    char buf[512];
-    union {
-        char c[CMSG_SPACE(sizeof(int) * 8)];
-        struct cmsghdr align;
-    } u;
-    struct iovec iov = {buf, sizeof buf};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.c,
-                        .msg_controllen = sizeof u.c};
-    ssize_t n = recvmsg(s, &mh, MSG_DONTWAIT);
-    CHECK_MSG(n == 0 || (n < 0 && errno == ECONNRESET), "%s: got %zd bytes (%s)", what, n,
-              n < 0 ? s_errname(errno) : "data");
-    /* (On an error the kernel leaves msg_controllen as we set it.) */
-    CHECK_MSG(n < 0 || mh.msg_controllen == 0, "%s: descriptors were passed", what);
-}
-
-/* A well-formed REQUEST carrying four sealed memfds of our own. */
-static void send_request(int s)
-{
-    int fds[4];
-    for (int i = 0; i < 4; i++) {
-        fds[i] = memfd_create("b-seg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        CHECK(fds[i] >= 0 && ftruncate(fds[i], 65536) == 0);
-        CHECK(fcntl(fds[i], F_ADD_SEALS,
-                    F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | (i == 0 || i == 2 ? F_SEAL_FUTURE_WRITE : 0)) == 0);
-    }
-    struct shm_msg m = {.magic = SHM_MAGIC, .version = SHM_VERSION, .type = SHM_MSG_REQUEST,
-                        .reliability = VIP_SERVICE_RELIABLE_DELIVERY, .max_transfer = 4096,
-                        .host_len = 4, .disc_len = 3};
-    memcpy(m.addr, "\x7f\0\0\x01" "bbb", 7);
-    union {
-        char c[CMSG_SPACE(sizeof(int) * 4)];
-        struct cmsghdr align;
-    } u;
-    struct iovec iov = {&m, sizeof m};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.c,
-                        .msg_controllen = sizeof u.c};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof fds);
-    memcpy(CMSG_DATA(c), fds, sizeof fds);
-    /* The send may fail once A has dropped us: also a refusal. */
-    ssize_t n = sendmsg(s, &mh, MSG_NOSIGNAL);
-    (void)n;
-    for (int i = 0; i < 4; i++)
-        close(fds[i]);
-}
-
-/* `sovia stat --json` as the current user; 1 if its output names pid. */
-static int stat_lists(pid_t pid, int *ran)
-{
-    int pfd[2];
-    CHECK(pipe2(pfd, O_CLOEXEC) == 0);
-    pid_t c = fork();
-    if (c == 0) {
-        dup2(pfd[1], 1);
-        execl(sovia_cmd, "sovia", "stat", "--json", (char *)NULL);
-        _exit(127);
-    }
-    close(pfd[1]);
-    static char out[1 << 16];
-    size_t len = 0;
-    ssize_t n;
-    while (len < sizeof out - 1 && (n = read(pfd[0], out + len, sizeof out - 1 - len)) > 0)
-        len += (size_t)n;
-    out[len] = 0;
-    close(pfd[0]);
-    int st = 0;
-    CHECK(waitpid(c, &st, 0) == c);
-    *ran = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    char key[48];
-    snprintf(key, sizeof key, "\"pid\": %d,", (int)pid);
-    return strstr(out, key) != NULL;
-}
 
 struct b_args {
     pid_t a_pid;
@@ -360,7 +151,7 @@ struct b_args {
 static void b_attacker(int chan, void *arg)
 {
     struct b_args *ba = arg;
-    become(uid_b, gid_b);
+    hc_become(&ub);
     char name[160];
 
     /* vipl: the name B dials is B's own. */
@@ -371,12 +162,12 @@ static void b_attacker(int chan, void *arg)
     /* Raw: A's listener's abstract name, a REQUEST with descriptors, while
      * A waits in VipConnectWait. */
     s_want(chan, 'g');
-    snprintf(name, sizeof name, "sovia-vipl.%u.%s", (unsigned)uid_a, disc_a);
-    int s = abstract_connect(name, SOCK_SEQPACKET);
+    snprintf(name, sizeof name, "sovia-vipl.%u.%s", (unsigned)ua.uid, disc_a);
+    int s = hc_abstract_connect(name, strlen(name), SOCK_SEQPACKET);
     CHECK_MSG(s >= 0, "B cannot even reach A's listener name (%s): the test sees nothing",
               s_errname(errno));
-    send_request(s);
-    expect_dropped(s, "a REQUEST from B to A's vipl listener");
+    hc_send_request(s);
+    hc_expect_dropped(s, "a REQUEST from B to A's vipl listener");
     close(s);
 
     /* sovia: B's sov_connect to A's port is refused; raw to its name, dropped. */
@@ -386,92 +177,51 @@ static void b_attacker(int chan, void *arg)
     CHECK_ERR(sov_connect(fd, (struct sockaddr *)&a, sizeof a), ECONNREFUSED);
     SYS(sov_close(fd));
     uint16_t pn = htons(ba->a_port);
-    int k = snprintf(name, sizeof name, "sovia-vipl.%u.sovia", (unsigned)uid_a);
+    int k = snprintf(name, sizeof name, "sovia-vipl.%u.sovia", (unsigned)ua.uid);
     memcpy(name + k, &pn, 2);
     name[k + 2] = 0;
     if (memchr(&pn, 0, 2) == NULL) { /* a port byte of 0 would end our C string */
-        s = abstract_connect(name, SOCK_SEQPACKET);
+        s = hc_abstract_connect(name, strlen(name), SOCK_SEQPACKET);
         CHECK_MSG(s >= 0, "B cannot reach A's sovia listener name (%s)", s_errname(errno));
-        send_request(s);
-        expect_dropped(s, "a REQUEST from B to A's sovia listener");
+        hc_send_request(s);
+        hc_expect_dropped(s, "a REQUEST from B to A's sovia listener");
         close(s);
     }
 
     /* Statistics: A's socket says nothing to B; B's `sovia stat` lists nothing of A. */
-    snprintf(name, sizeof name, "sovia-stat.%u.%d", (unsigned)uid_a, (int)ba->a_pid);
-    s = abstract_connect(name, SOCK_STREAM);
+    snprintf(name, sizeof name, "sovia-stat.%u.%d", (unsigned)ua.uid, (int)ba->a_pid);
+    s = hc_abstract_connect(name, strlen(name), SOCK_STREAM);
     if (s >= 0) {
-        expect_dropped(s, "B asking A's statistics socket");
+        hc_expect_dropped(s, "B asking A's statistics socket");
         close(s);
     } else {
         s_log("A's statistics socket is not up (%s); raw check skipped", s_errname(errno));
     }
-    int ran = 0;
-    int listed = stat_lists(ba->a_pid, &ran);
-    if (ran)
-        CHECK_MSG(!listed, "`sovia stat` run by B lists A's process");
+    const char *out = hc_sovia_stat(sovia_cmd);
+    if (out)
+        CHECK_MSG(!hc_stat_lists_pid(out, ba->a_pid), "`sovia stat` run by B lists A's process");
     else
         s_log("SKIP: B cannot run %s (its directory is not open to other users)", sovia_cmd);
 
     /* /proc: A's descriptors, maps and memory are closed to B. */
-    for (int i = 0; i < ba->n_memfd_fds; i++) {
-        snprintf(name, sizeof name, "/proc/%d/fd/%d", (int)ba->a_pid, ba->memfd_fds[i]);
-        errno = 0;
-        int f = open(name, O_RDWR);
-        CHECK_MSG(f < 0 && errno == EACCES, "B opening A's memfd %s: %s", name,
-                  f >= 0 ? "opened" : s_errname(errno));
-    }
-    static const char *const files[] = {"maps", "mem", "map_files/", "fd/"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(name, sizeof name, "/proc/%d/%s", (int)ba->a_pid, files[i]);
-        errno = 0;
-        int f = open(name, O_RDONLY | (files[i][strlen(files[i]) - 1] == '/' ? O_DIRECTORY : 0));
-        CHECK_MSG(f < 0 && errno == EACCES, "B opening %s: %s", name,
-                  f >= 0 ? "opened" : s_errname(errno));
-    }
+    hc_check_proc_closed(ba->a_pid, ba->memfd_fds, ba->n_memfd_fds);
 
     /* Squatting: B takes the abstract name of a discriminator A will use. */
-    int sq = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sun = {.sun_family = AF_UNIX};
-    snprintf(name, sizeof name, "sovia-vipl.%u.%s", (unsigned)uid_a, disc_squat);
-    memcpy(sun.sun_path + 1, name, strlen(name));
-    CHECK(bind(sq, (struct sockaddr *)&sun,
-               (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name))) == 0);
-    CHECK(listen(sq, 4) == 0);
+    snprintf(name, sizeof name, "sovia-vipl.%u.%s", (unsigned)ua.uid, disc_squat);
+    int sq = hc_abstract_listen(name, strlen(name));
     s_tok(chan, '2'); /* A tries to listen there and its client dials it */
     s_want(chan, '3');
     int got = accept4(sq, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     CHECK_MSG(got >= 0, "A's client never reached the squatted name: the case tested nothing");
-    expect_dropped(got, "A's client meeting B's squatted name");
+    hc_expect_dropped(got, "A's client meeting B's squatted name");
     close(got);
     close(sq);
 }
 
 /* ---- The test (as root) ----------------------------------------------------------------------------- */
 
-static int memfd_fds_of(pid_t pid, int *out, int max)
+static void logic(void)
 {
-    char dir[64];
-    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
-    DIR *d = opendir(dir);
-    CHECK(d != NULL);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && n < max) {
-        char p[400], target[256];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        ssize_t k = readlink(p, target, sizeof target - 1);
-        if (k > 0 && (target[k] = 0, strncmp(target, "/memfd:", 7) == 0))
-            out[n++] = atoi(e->d_name);
-    }
-    closedir(d);
-    return n;
-}
-
-static void logic(int chan, void *arg)
-{
-    (void)chan;
-    (void)arg;
     static struct hc_names shm_before, tmp_before;
     hc_list_ours("/dev/shm", &shm_before);
     hc_list_ours("/tmp", &tmp_before);
@@ -480,10 +230,10 @@ static void logic(int chan, void *arg)
     int aid = s_spawn("user-a", a_server, NULL, &ac);
     struct b_args ba = {.a_pid = s_pid(aid)};
     ba.a_port = (uint16_t)s_get_u64(ac);
-    ba.n_memfd_fds = memfd_fds_of(ba.a_pid, ba.memfd_fds, 16);
-    int modes = check_file_modes(ba.a_pid);
+    ba.n_memfd_fds = hc_memfd_fds(ba.a_pid, ba.memfd_fds, 16);
+    int modes = hc_check_memfd_modes(ba.a_pid);
     s_log("A (uid %u) holds %d memfd descriptors; %d memfd files checked for mode 0600",
-          (unsigned)uid_a, ba.n_memfd_fds, modes);
+          (unsigned)ua.uid, ba.n_memfd_fds, modes);
     CHECK_MSG(modes > 0, "A's process has no memfd to check");
 
     int bc;
@@ -524,10 +274,9 @@ static void logic(int chan, void *arg)
     /* The stat control: A's own `sovia stat` does list A. */
     pid_t sp = fork();
     if (sp == 0) {
-        become(uid_a, gid_a);
-        int ran = 0;
-        int listed = stat_lists(ba.a_pid, &ran);
-        _exit(!ran ? 2 : listed ? 0 : 1);
+        hc_become(&ua);
+        const char *out = hc_sovia_stat(sovia_cmd);
+        _exit(!out ? 2 : hc_stat_lists_pid(out, ba.a_pid) ? 0 : 1);
     }
     int st = 0;
     CHECK(waitpid(sp, &st, 0) == sp && WIFEXITED(st));
@@ -545,46 +294,10 @@ int main(int argc, char **argv)
     s_init("isolation_users", 60);
     sovia_cmd = argc > 1 ? argv[1] : getenv("HARDENING_SOVIA_CMD");
     CHECK_MSG(sovia_cmd != NULL, "usage: %s SOVIA-COMMAND (or HARDENING_SOVIA_CMD)", argv[0]);
-    if (geteuid() != 0 || access("/usr/sbin/useradd", X_OK) != 0) {
-        s_log("SKIP: needs root and useradd to create two users (euid %u)", (unsigned)geteuid());
-        s_pass();
-    }
-    alarm(0); /* our own deadline below: the users must be removed whatever happens */
-    snprintf(name_a, sizeof name_a, "hrda%05d", (int)(getpid() % 100000));
-    snprintf(name_b, sizeof name_b, "hrdb%05d", (int)(getpid() % 100000));
     snprintf(disc_a, sizeof disc_a, "iso-%d-a", (int)getpid());
     snprintf(disc_squat, sizeof disc_squat, "iso-%d-s", (int)getpid());
-    if (add_user(name_a, &uid_a, &gid_a) != 0) {
-        s_log("SKIP: useradd %s failed", name_a);
+    if (hc_users_make(&ua, &ub) != 0)
         s_pass();
-    }
-    if (add_user(name_b, &uid_b, &gid_b) != 0) {
-        del_user(name_a);
-        s_log("SKIP: useradd %s failed", name_b);
-        s_pass();
-    }
-    s_log("users %s (uid %u) and %s (uid %u)", name_a, (unsigned)uid_a, name_b,
-          (unsigned)uid_b);
-    pid_t pid = fork();
-    if (pid == 0) {
-        alarm(50);
-        logic(-1, NULL);
-        s_wait_all();
-        _exit(0);
-    }
-    int st = 0;
-    double end = s_now_ms() + 55000;
-    pid_t w = 0;
-    while ((w = waitpid(pid, &st, WNOHANG)) == 0 && s_now_ms() < end)
-        s_sleep_ms(20);
-    if (w == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &st, 0);
-    }
-    del_user(name_a);
-    del_user(name_b);
-    CHECK_MSG(!getpwnam(name_a) && !getpwnam(name_b), "userdel left a user behind");
-    CHECK_MSG(w == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-              "the isolation checks failed (messages above)");
+    CHECK_MSG(hc_users_run(&ua, &ub, logic, 50), "the isolation checks failed (messages above)");
     s_pass();
 }
