@@ -362,6 +362,14 @@ SOV_EXPORT int sov_close(int fd)
 
     if (kind == SK_LISTENING)
         sov_listen_stop(s);
+    if (kind == SK_CONNECTED && s->transparent) {
+        /* While the kernel socket is open: bytes held for the pairing may
+         * have to go there (sov_tp_close_settle). */
+        sov_lock(&s->lock);
+        if (s->tp_waiting)
+            sov_tp_close_settle(s, s->linger.l_onoff && s->linger.l_linger == 0);
+        sov_unlock(&s->lock);
+    }
     close(fd);
     if (port_fd >= 0)
         VipxFdClose(port_fd);

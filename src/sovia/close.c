@@ -246,8 +246,6 @@ void sov_close_connected(struct sov_sock *s)
      * the other holder's traffic for a violation and fail the connection. */
     if (!c->shared || c->clen)
         sov_progress(s);
-    if (s->tp_waiting) /* a server's; a client's has nothing to settle */
-        sov_tp_close_settle(s, s->linger.l_onoff && s->linger.l_linger == 0);
     /* An unpaired sovia run connection has nobody to say FIN to yet. One
      * whose WAKEUPs crossed (the client answered, or the server heard the
      * answer) is paired for the other end already: it closes gracefully. */

@@ -75,19 +75,6 @@ static int kernel_now(struct pollfd *fds, nfds_t n)
     return kernel_ppoll(fds, n, &zero, NULL);
 }
 
-/* A client awaiting pairing still reports POLLOUT once the kernel connect
- * is complete: a client may wait for that before telling the server to
- * accept (tnftp's passive mode sends RETR only then, and ftpd accepts the
- * data connection after RETR); a write goes on waiting for the pairing
- * (tp_prepare). A server awaiting the client's answer, which comes at once,
- * still waits. */
-static void pending_writable(struct pollfd *f)
-{
-    struct pollfd p = {.fd = f->fd, .events = POLLOUT};
-    if ((f->events & POLLOUT) && kernel_now(&p, 1) > 0 && (p.revents & POLLOUT))
-        f->revents = POLLOUT;
-}
-
 /* One pass over every entry; returns the number ready. Kernel descriptors
  * are polled with a zero timeout only when `kernel` is set. */
 static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, nfds_t *nk,
@@ -105,14 +92,15 @@ static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, 
             if (!s->dead && sov_lookup(fds[i].fd) == s) {
                 switch (sov_tp_settle(s)) {
                 case SOV_TP_PENDING: {
-                    /* not ready: the peer has not paired yet */
-                    bool client = s->conn->tentative_since_ns != 0;
+                    /* not ready: the peer has not paired yet; writable
+                     * while the bytes held for the pairing have room (a
+                     * client may wait for POLLOUT before it tells the
+                     * server to accept: tnftp's passive mode sends RETR
+                     * only then, and ftpd accepts after RETR) */
                     bool room = sov_tp_early_room(s);
                     *tentative = true;
                     sov_unlock(&s->lock);
-                    if (client)
-                        pending_writable(&fds[i]);
-                    else if (room)
+                    if (room)
                         fds[i].revents = fds[i].events & POLLOUT;
                     continue;
                 }

@@ -176,13 +176,16 @@ int sov_tp_claim(int fd, const struct sockaddr *listening)
 
 static void fall_back(struct sov_sock *s);
 
-/* ---- Bytes written before the client answered ------------------------------ */
+/* ---- Bytes written before the pairing ------------------------------------------ */
 
+/* Either end, as a kernel socket's send buffer would: a client whose
+ * server has not accepted yet (a non-blocking client otherwise met EAGAIN
+ * while poll reported POLLOUT, and spun until the accept), and a server
+ * whose client has not answered. */
 static bool takes_early(const struct sov_sock *s)
 {
     const struct sov_conn *c = s->conn;
-    return s->tp_waiting && !s->dead && c && !c->tentative_since_ns && !c->peer_window &&
-           !c->reset && !c->wr_shut;
+    return s->tp_waiting && !s->dead && c && !c->peer_window && !c->reset && !c->wr_shut;
 }
 
 bool sov_tp_early_room(const struct sov_sock *s)
@@ -226,17 +229,21 @@ static void send_early(struct sov_sock *s)
     sov_do_send(s, &v, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-/* A server closing before its client answered. The client may be
- * answering right now, and would then take the VI going as a reset: a
- * brief wait (CLOSE_ANSWER_NS; a client in a sovia call, or its service
- * thread, answers within microseconds) lets the close be graceful. Early
- * bytes also go to the kernel socket first, for a client that falls back
- * (one that pairs reads the VI and never looks there), so no wait is
- * needed for them. An abortive close (SO_LINGER {1, 0}) neither waits nor
- * sends. Caller holds the lock, on a socket no longer in the table. */
+/* An end closing with the pairing not complete. The peer may be pairing
+ * right now (a client answering, a server accepting), and would then take
+ * the VI going as a reset: a brief wait (CLOSE_ANSWER_NS; a client in a
+ * sovia call, or its service thread, answers within microseconds) lets the
+ * close be graceful. With no pairing by then, the early bytes go to the
+ * kernel socket, where the peer reads them: a client looks there before it
+ * answers (sov_tp_settle), a server whose client's VI went uses the kernel
+ * connection. (Not before the wait: a client would take them for a server
+ * that gave up, and fall back.) A client that holds no early bytes does not
+ * wait. An abortive close (SO_LINGER {1, 0}) neither waits nor sends.
+ * Caller holds the lock, on a socket no longer in the table. */
 #define CLOSE_ANSWER_NS 20000000u
 
 static void write_kernel(struct sov_sock *s);
+static bool kernel_spoke(const struct sov_sock *s, bool server);
 
 /* 100 us with the socket's lock released (the client's answer comes from
  * another process; its own thread, or ours, may need the lock meanwhile). */
@@ -250,18 +257,21 @@ static void nap_unlocked(struct sov_sock *s)
 
 void sov_tp_close_settle(struct sov_sock *s, bool abortive)
 {
-    if (abortive || !s->conn || s->conn->tentative_since_ns)
+    if (abortive || !s->conn)
         return;
-    write_kernel(s);
+    bool client = s->conn->tentative_since_ns != 0;
+    if (client && !s->conn->early_len)
+        return;
     uint64_t end = sov_now_ns() + CLOSE_ANSWER_NS;
     for (;;) {
         sov_progress(s);
         struct sov_conn *c = s->conn;
-        if (c->peer_window && !c->reset) {
+        if (c->peer_window && !c->tentative && !c->reset) {
             send_early(s);
             return;
         }
-        if (c->reset || sov_now_ns() > end) {
+        if (c->reset || sov_now_ns() > end || (client && c->tentative && kernel_spoke(s, false))) {
+            write_kernel(s);
             atomic_fetch_add(&sov_g.tp_fell_back, 1);
             c->early_len = 0;
             return;
@@ -318,6 +328,14 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
     if (!c || !s->tp_waiting)
         return SOV_TP_PAIRED;
     bool server = !c->tentative_since_ns;
+    /* A client that has not answered looks at the kernel socket first: a
+     * server that gave up waiting for the answer (it closed or shut down
+     * with bytes held) wrote them there, and its WAKEUP, still in our ring
+     * (we were stopped, say), must not pair us with a VI it dropped. */
+    if (!server && c->tentative && kernel_spoke(s, false)) {
+        fall_back(s);
+        return SOV_TP_FELL_BACK;
+    }
     /* Twice at most: an answer that came while we looked at the kernel
      * socket wins over what we saw there. */
     for (int look = 0;; look++) {
