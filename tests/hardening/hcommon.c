@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
@@ -528,26 +529,34 @@ void hc_send_request(int s)
 
 /* ---- sovia stat ------------------------------------------------------------------------ */
 
-const char *hc_sovia_stat(const char *sovia_cmd)
+int hc_capture(char *const argv[], char *out, size_t cap)
 {
     int pfd[2];
     CHECK(pipe2(pfd, O_CLOEXEC) == 0);
     pid_t c = fork();
+    CHECK(c >= 0);
     if (c == 0) {
         dup2(pfd[1], 1);
-        execl(sovia_cmd, "sovia", "stat", "--json", (char *)NULL);
+        execvp(argv[0], argv);
         _exit(127);
     }
     close(pfd[1]);
-    static char out[1 << 16];
     size_t len = 0;
     ssize_t n;
-    while (len < sizeof out - 1 && (n = read(pfd[0], out + len, sizeof out - 1 - len)) > 0)
+    while (len < cap - 1 && (n = read(pfd[0], out + len, cap - 1 - len)) > 0)
         len += (size_t)n;
     out[len] = 0;
     close(pfd[0]);
     int st = 0;
     CHECK(waitpid(c, &st, 0) == c);
+    return st;
+}
+
+const char *hc_sovia_stat(const char *sovia_cmd)
+{
+    static char out[1 << 16];
+    char *argv[] = {(char *)sovia_cmd, "stat", "--json", NULL};
+    int st = hc_capture(argv, out, sizeof out);
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? out : NULL;
 }
 
@@ -556,4 +565,120 @@ int hc_stat_lists_pid(const char *out, pid_t pid)
     char key[48];
     snprintf(key, sizeof key, "\"pid\": %d,", (int)pid);
     return strstr(out, key) != NULL;
+}
+
+/* ---- Programs the test users can run --------------------------------------------- */
+
+/* Whether other users can reach and read path (each directory above it
+ * searchable by others, the file readable and executable by others). */
+static int open_to_others(const char *path)
+{
+    char p[PATH_MAX];
+    struct stat st;
+    if (!realpath(path, p) || stat(p, &st) != 0 || (st.st_mode & 05) != 05)
+        return 0;
+    for (char *slash = strrchr(p, '/'); slash && slash != p; slash = strrchr(p, '/')) {
+        *slash = 0;
+        if (stat(p, &st) != 0 || !(st.st_mode & S_IXOTH))
+            return 0;
+    }
+    return 1;
+}
+
+/* Copies file src to dir/name, mode 0755 (the name may be taken: then
+ * nothing, the first copy stands). 0, or -1 after logging why. */
+static int copy_file(const char *src, const char *dir, const char *name, char *out, size_t cap)
+{
+    if ((size_t)snprintf(out, cap, "%s/%s", dir, name) >= cap) {
+        s_log("%s/%s: name too long", dir, name);
+        return -1;
+    }
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    int to = in < 0 ? -1 : open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+    if (to < 0 && in >= 0 && errno == EEXIST) {
+        close(in);
+        return 0;
+    }
+    int ok = in >= 0 && to >= 0 && fchmod(to, 0755) == 0; /* whatever the umask */
+    char buf[65536];
+    ssize_t r = 0;
+    while (ok && (r = read(in, buf, sizeof buf)) != 0) {
+        if (r < 0 && errno == EINTR)
+            continue;
+        for (ssize_t w = 0, k; ok && r > 0 && w < r; w += k > 0 ? k : 0)
+            ok = (k = write(to, buf + w, (size_t)(r - w))) > 0 || errno == EINTR;
+        ok = ok && r > 0;
+    }
+    int err = errno;
+    if (in >= 0)
+        close(in);
+    if (to >= 0 && close(to) != 0)
+        ok = 0;
+    if (!ok)
+        s_log("copying %s to %s: %s", src, out, s_errname(err));
+    return ok ? 0 : -1;
+}
+
+/* The libraries `ldd file` resolves ("soname => path (address)"), copied
+ * into dir unless they are the system's and others can reach them. */
+static int copy_libraries(const char *file, const char *dir)
+{
+    static char out[1 << 14];
+    char *argv[] = {"ldd", (char *)file, NULL};
+    int st = hc_capture(argv, out, sizeof out);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        s_log("ldd %s failed (status %#x)", file, st);
+        return -1;
+    }
+    for (char *save = NULL, *line = strtok_r(out, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        char name[256], path[PATH_MAX], copy[PATH_MAX];
+        if (sscanf(line, " %255s => %4095s", name, path) != 2 || path[0] != '/')
+            continue; /* the vDSO, the loader, "not found" */
+        int system = strncmp(path, "/lib/", 5) == 0 || strncmp(path, "/lib64/", 7) == 0 ||
+                     strncmp(path, "/usr/", 5) == 0;
+        if ((!system || !open_to_others(path)) &&
+            copy_file(path, dir, name, copy, sizeof copy) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int hc_copy_make(struct hc_copy *c, const char *const *files, int n)
+{
+    CHECK(n <= HC_COPY_MAX);
+    snprintf(c->dir, sizeof c->dir, "/tmp/isorun-XXXXXX");
+    if (!mkdtemp(c->dir)) {
+        s_log("mkdtemp %s: %s", c->dir, s_errname(errno));
+        c->dir[0] = 0;
+        return -1;
+    }
+    int ok = chmod(c->dir, 0755) == 0;
+    for (int i = 0; ok && i < n; i++) {
+        const char *base = strrchr(files[i], '/');
+        ok = copy_file(files[i], c->dir, base ? base + 1 : files[i], c->path[i],
+                       sizeof c->path[i]) == 0 &&
+             copy_libraries(files[i], c->dir) == 0;
+    }
+    if (!ok) {
+        hc_copy_remove(c);
+        return -1;
+    }
+    return 0;
+}
+
+void hc_copy_remove(struct hc_copy *c)
+{
+    if (!c->dir[0])
+        return;
+    DIR *d = opendir(c->dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            unlinkat(dirfd(d), e->d_name, 0);
+    if (d)
+        closedir(d);
+    if (rmdir(c->dir) != 0)
+        s_log("rmdir %s: %s (left behind)", c->dir, s_errname(errno));
+    c->dir[0] = 0;
 }

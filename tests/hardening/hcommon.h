@@ -120,11 +120,36 @@ void hc_expect_dropped(int s, const char *what);
 /* Sends on s a well-formed shm REQUEST carrying four sealed memfds of our own. */
 void hc_send_request(int s);
 
+/* Runs argv (execvp) with its standard output into out (at most cap - 1
+ * bytes, NUL-terminated); its wait status (127 exit: it did not start). */
+int hc_capture(char *const argv[], char *out, size_t cap);
+
 /* `sovia stat --json` run by the current user: its output (in a static
  * buffer), or NULL if it did not run or failed (e.g. the user may not
  * execute sovia_cmd). */
 const char *hc_sovia_stat(const char *sovia_cmd);
 /* Whether that output lists a connection of process pid. */
 int hc_stat_lists_pid(const char *out, pid_t pid);
+
+/* ---- Programs the test users can run -------------------------------------------- */
+
+#define HC_COPY_MAX 4
+struct hc_copy {
+    char dir[32];                  /* "/tmp/isorun-XXXXXX"; "" when there is none */
+    char path[HC_COPY_MAX][4096];  /* the copy of each file given, same base name */
+};
+
+/* A build tree may lie under a directory other users cannot traverse (a
+ * CI clone under /root), and the test users must run its programs: copies
+ * the n files (executables or libraries) into a fresh directory
+ * /tmp/isorun-XXXXXX (mode 0755, root's, so they cannot change it; a name
+ * the /tmp checks do not count), each under its base name, with every
+ * shared library they load (ldd) that is not the system's or that others
+ * cannot reach, under its soname. The programs run from there need
+ * LD_LIBRARY_PATH=c->dir: the loader skips a RUNPATH it cannot search.
+ * 0 on success; -1 after logging why, with nothing left behind. */
+int hc_copy_make(struct hc_copy *c, const char *const *files, int n);
+/* Removes the directory and all in it (nothing if there is none). */
+void hc_copy_remove(struct hc_copy *c);
 
 #endif

@@ -6,8 +6,10 @@
  * sides; statsrv.c for `sovia stat`).
  *
  * The test creates two system users A and B (useradd; skipped, exit 77,
- * when not root or without useradd, or when the build is not open to other
- * users) and removes them afterwards. The programs are this executable in
+ * when not root or without useradd) and removes them afterwards. They run
+ * copies of this executable, the sovia tool, its preload and the build's
+ * libraries in a temporary directory (hc_copy_make): the build tree may be
+ * closed to them (a CI clone under /root). The programs are this executable in
  * a program mode (`--prog`): plain libc calls only (socket, bind, listen,
  * accept4, connect, poll, send, recv, close), started as A or B through
  * `sovia run`, each with its own user's SOVIA_STAT_LOG.
@@ -48,6 +50,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "hcommon.h"
@@ -63,6 +66,7 @@
 static const char *sovia_cmd;
 static char self[PATH_MAX];
 static struct hc_user ua, ub;
+static struct hc_copy copy; /* what ua and ub run (main) */
 
 /* ---- The programs: plain libc, run by `sovia run` ------------------------------------- */
 
@@ -523,22 +527,28 @@ static void logic(void)
     hc_check_no_new("/tmp", &tmp_before);
 }
 
-/* Whether other users can reach and execute path (each directory above it
- * searchable by others, the file executable by others). */
-static int open_to_others(const char *path)
+/* Where `sovia run` finds its preload: the LD_PRELOAD entry `sovia env`
+ * prints that names libsovia-preload.so (a sanitizer runtime may precede
+ * it). 1 if found. */
+static int find_preload(char *out, size_t cap)
 {
-    char p[PATH_MAX];
-    if (!realpath(path, p))
+    char buf[8192];
+    char *argv[] = {(char *)sovia_cmd, "env", NULL};
+    int st = hc_capture(argv, buf, sizeof buf);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s env: status %#x", sovia_cmd, st);
+    char *v = strstr(buf, "export LD_PRELOAD='");
+    if (!v)
         return 0;
-    struct stat st;
-    if (stat(p, &st) != 0 || !(st.st_mode & S_IXOTH))
-        return 0;
-    for (char *slash = strrchr(p, '/'); slash && slash != p; slash = strrchr(p, '/')) {
-        *slash = 0;
-        if (stat(p, &st) != 0 || !(st.st_mode & S_IXOTH))
-            return 0;
+    v += strlen("export LD_PRELOAD='");
+    v[strcspn(v, "'\n")] = 0;
+    for (char *save = NULL, *e = strtok_r(v, ":", &save); e; e = strtok_r(NULL, ":", &save)) {
+        const char *base = strrchr(e, '/');
+        if (base && strcmp(base, "/libsovia-preload.so") == 0 && strlen(e) < cap) {
+            strcpy(out, e);
+            return 1;
+        }
     }
-    return 1;
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -548,16 +558,30 @@ int main(int argc, char **argv)
     s_init("isolation_run", 60);
     sovia_cmd = argc > 1 ? argv[1] : getenv("HARDENING_SOVIA_CMD");
     CHECK_MSG(sovia_cmd != NULL, "usage: %s SOVIA-COMMAND (or HARDENING_SOVIA_CMD)", argv[0]);
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     CHECK(n > 0);
-    self[n] = 0;
-    if (!open_to_others(self) || !open_to_others(sovia_cmd)) {
-        s_log("SKIP: the test users cannot run %s or %s (a directory above is closed to "
-              "others)", self, sovia_cmd);
+    exe[n] = 0;
+    char preload[PATH_MAX];
+    CHECK_MSG(find_preload(preload, sizeof preload), "no libsovia-preload.so beside %s", sovia_cmd);
+    /* The users run copies (hcommon.h, hc_copy_make): the build directory
+     * may be closed to them. Always, so the test runs the same everywhere. */
+    const char *files[] = {exe, sovia_cmd, preload};
+    CHECK_MSG(hc_copy_make(&copy, files, 3) == 0, "cannot copy the programs for the test users");
+    snprintf(self, sizeof self, "%s", copy.path[0]);
+    sovia_cmd = copy.path[1];
+    setenv("SOVIA_PRELOAD", copy.path[2], 1); /* `sovia run` looks beside itself, then in the build */
+    char libs[PATH_MAX + 64];
+    const char *old = getenv("LD_LIBRARY_PATH");
+    snprintf(libs, sizeof libs, "%s%s%s", copy.dir, old && *old ? ":" : "", old ? old : "");
+    setenv("LD_LIBRARY_PATH", libs, 1); /* before a RUNPATH the users cannot search */
+    s_log("the users run copies in %s", copy.dir);
+    if (hc_users_make(&ua, &ub) != 0) {
+        hc_copy_remove(&copy);
         return SKIP_CODE;
     }
-    if (hc_users_make(&ua, &ub) != 0)
-        return SKIP_CODE;
-    CHECK_MSG(hc_users_run(&ua, &ub, logic, 40), "the isolation checks failed (messages above)");
+    int ok = hc_users_run(&ua, &ub, logic, 40);
+    hc_copy_remove(&copy);
+    CHECK_MSG(ok, "the isolation checks failed (messages above)");
     s_pass();
 }
