@@ -11,7 +11,9 @@
  * restart as the kernel's would when every handler that ran asked for it. sigaction reports the
  * program's own handler and flags back; the calls that install handlers
  * through glibc's internals (signal, sysv_signal, sigset) are completed,
- * then their handler is wrapped the same way.
+ * then their handler is wrapped the same way. A handler that would run
+ * while the thread holds a socket lock is deferred to the lock's release
+ * (sock.h, sov_locks_held).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -20,6 +22,7 @@
 #include <stdint.h>
 
 #include "preload.h"
+#include "sock.h"
 #include "waits.h"
 
 static __thread _Atomic unsigned handled __attribute__((tls_model("initial-exec")));
@@ -72,10 +75,22 @@ static sigaction_fn next_sigaction(void)
     return f;
 }
 
+/* Raised by the process's own faults: they cannot wait. A handler reset
+ * on delivery (SA_RESETHAND) cannot be raised again either. */
+static bool deferrable(int sig, int flags)
+{
+    return sig != SIGSEGV && sig != SIGBUS && sig != SIGFPE && sig != SIGILL && sig != SIGTRAP &&
+           sig != SIGSYS && sig <= 64 && !(flags & SA_RESETHAND);
+}
+
 static void trampoline(int sig, siginfo_t *info, void *uc)
 {
-    atomic_fetch_add_explicit(&handled, 1, memory_order_relaxed);
     struct action a = current(sig);
+    if (sov_locks_held && deferrable(sig, a.flags)) { /* see sov_locks_held */
+        atomic_fetch_or_explicit(&sov_signals_deferred, 1ull << (sig - 1), memory_order_relaxed);
+        return;
+    }
+    atomic_fetch_add_explicit(&handled, 1, memory_order_relaxed);
     if (!(a.flags & SA_RESTART))
         atomic_fetch_add_explicit(&interrupting, 1, memory_order_relaxed);
     if (a.flags & SA_RESETHAND) /* the kernel has just done the same */

@@ -60,8 +60,19 @@ typedef struct {
 
 void sov_lock_slow(sov_lock_t *l);
 
+/* The socket locks this thread holds. `sovia run`'s signal trampoline
+ * defers a program's handler that would run while one is held (a handler
+ * may longjmp out, as iperf3's SIGINT handler does, and leave the lock
+ * held for ever): it marks the signal here, and the last unlock raises it
+ * again, so it is delivered at that point instead. Only this thread and
+ * its signal handlers touch these: volatile, not atomic, on the data path. */
+extern __thread volatile unsigned sov_locks_held __attribute__((tls_model("initial-exec")));
+extern __thread _Atomic uint64_t sov_signals_deferred __attribute__((tls_model("initial-exec")));
+void sov_raise_deferred(void);
+
 static inline void sov_lock(sov_lock_t *l)
 {
+    sov_locks_held++;
     if (atomic_exchange_explicit(&l->held, true, memory_order_acquire))
         sov_lock_slow(l);
 }
@@ -69,6 +80,9 @@ static inline void sov_lock(sov_lock_t *l)
 static inline void sov_unlock(sov_lock_t *l)
 {
     atomic_store_explicit(&l->held, false, memory_order_release);
+    if (--sov_locks_held == 0 &&
+        atomic_load_explicit(&sov_signals_deferred, memory_order_relaxed))
+        sov_raise_deferred();
 }
 
 /* ---- A connection -------------------------------------------------------- */

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -22,6 +23,17 @@
 static _Atomic(_Atomic(struct sov_sock *) *) chunks[NCHUNKS];
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sov_sock *pool; /* recycled sockets, linked through next_closing */
+
+__thread volatile unsigned sov_locks_held;
+__thread _Atomic uint64_t sov_signals_deferred;
+
+void sov_raise_deferred(void)
+{
+    uint64_t pending = atomic_exchange_explicit(&sov_signals_deferred, 0, memory_order_relaxed);
+    for (int sig = 1; pending; sig++, pending >>= 1)
+        if (pending & 1)
+            pthread_kill(pthread_self(), sig);
+}
 
 void sov_lock_slow(sov_lock_t *l)
 {
