@@ -18,6 +18,8 @@
 
 #include "pharness.h"
 
+P_THREADED_FORK_CHILDREN /* child_accepts_*: the child's accept() claims the client's VI (threads) */
+
 #define ECHO_BYTES (1u << 20)
 #define NCONNECT 50
 

@@ -35,6 +35,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+P_THREADED_FORK_CHILDREN /* workers, the daemon: their accept() claims or listens (threads) */
+
 #define CONNS 6
 #define BYTES (32u << 10)
 #define CONN_BOUND_MS 500
