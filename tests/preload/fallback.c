@@ -210,12 +210,7 @@ int main(int argc, char **argv)
            P_CLIENT_FELLBACK | P_SERVER_KERNEL);
     /* A child forked by a threaded parent: see tests/sovia/fork.c on
      * AddressSanitizer's allocator and fork (the plain build runs these). */
-#ifdef __SANITIZE_ADDRESS__
-    bool asan = true;
-#else
-    bool asan = false;
-#endif
-    if (asan) {
+    if (p_asan()) {
         p_log("SKIP child_accepts_*: AddressSanitizer's allocator is not fork-safe with threads");
     } else {
         p_case("child_accepts_and_speaks_first", child_first_server, child_first_client,

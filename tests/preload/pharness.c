@@ -452,6 +452,15 @@ void p_expect_carried(unsigned n)
     min_carried = n;
 }
 
+bool p_asan(void)
+{
+#ifdef __SANITIZE_ADDRESS__
+    return true;
+#else
+    return false;
+#endif
+}
+
 void p_case_skip(const char *name, const char *why)
 {
     if (!p_selected(name))

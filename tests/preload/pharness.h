@@ -133,6 +133,9 @@ const char *p_plain_role(int argc, char **argv, struct p_role *r);
 __attribute__((noreturn)) void p_exec_again(struct p_role *r, const char *what,
                                             const char *extra);
 const char *p_exec_role(int argc, char **argv, struct p_role *r, const char **extra);
+/* Built with AddressSanitizer? Its allocator is not fork-safe with
+ * threads (GCC 12): cases whose forked children start threads skip. */
+bool p_asan(void);
 /* Is the preload loaded in this process? */
 bool p_preloaded(void);
 

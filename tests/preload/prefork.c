@@ -250,9 +250,18 @@ int main(int argc, char **argv)
 
     p_init("prefork");
     /* The listening process's record has nothing; the client's says why. */
-    p_case("workers_accept", workers_server, workers_client, P_CLIENT_FELLBACK);
-    p_case("daemon_takes_over", daemon_server, daemon_client, P_NO_STATS);
+    /* Forked children that start threads (the claim's, a new shadow
+     * listener's): see tests/sovia/fork.c on AddressSanitizer's allocator
+     * and fork (seen here: daemon_takes_over hung 1 run in 3, the child's
+     * new threads blocked on an allocator lock). The plain build runs them. */
+    if (p_asan()) {
+        p_log("SKIP workers_accept, daemon_takes_over, reuseport: AddressSanitizer's allocator "
+              "is not fork-safe with threads");
+    } else {
+        p_case("workers_accept", workers_server, workers_client, P_CLIENT_FELLBACK);
+        p_case("daemon_takes_over", daemon_server, daemon_client, P_NO_STATS);
+        p_case("reuseport", reuseport_server, reuseport_client, P_NO_STATS);
+    }
     p_case("exec_inherits_listener", exec_server, exec_client, P_CLIENT_FELLBACK);
-    p_case("reuseport", reuseport_server, reuseport_client, P_NO_STATS);
     return p_done();
 }
