@@ -25,6 +25,19 @@ static bool close_done(struct sov_sock *s)
 }
 
 /* One pass over the closing sockets; true if any remain. */
+/* Takes a closed socket's connection away from the handler thread (HANDLER
+ * mode), which reads s->conn under the socket's lock; the caller destroys
+ * it. */
+static struct sov_conn *take_conn(struct sov_sock *s)
+{
+    sov_conn_detach_handling(s);
+    sov_lock(&s->lock);
+    struct sov_conn *c = s->conn;
+    s->conn = NULL;
+    sov_unlock(&s->lock);
+    return c;
+}
+
 static bool service_closing(uint64_t now)
 {
     pthread_mutex_lock(&sov_g.lock);
@@ -53,9 +66,7 @@ static bool service_closing(uint64_t now)
     while (done) {
         struct sov_sock *s = done;
         done = s->next_closing;
-        sov_conn_detach_handling(s);
-        sov_conn_destroy(s->conn);
-        s->conn = NULL;
+        sov_conn_destroy(take_conn(s));
         atomic_fetch_sub(&sov_g.open_conns, 1);
         sov_wake_waiters(s); /* a SO_LINGER closer may wait */
         sov_sock_free(s);
@@ -266,9 +277,7 @@ void sov_close_connected(struct sov_sock *s)
     }
     if (abort) {
         sov_unlock(&s->lock);
-        sov_conn_detach_handling(s);
-        sov_conn_destroy(c); /* the peer sees ECONNRESET */
-        s->conn = NULL;
+        sov_conn_destroy(take_conn(s)); /* the peer sees ECONNRESET */
         if (!unpaired) /* an unpaired one was never counted open */
             atomic_fetch_sub(&sov_g.open_conns, 1);
         sov_sock_free(s);
