@@ -18,6 +18,7 @@
 
 #include <sovia.h>
 
+#include "pollwait.h"
 #include "preload.h"
 #include "sock.h"
 #include "transparent.h"
@@ -129,8 +130,8 @@ int tp_prepare_send(int fd, int msg_flags, const struct iovec *iov, int iovcnt, 
         if (st == SOV_TP_FELL_BACK)
             return 0; /* unlocked: the kernel socket from now on */
         bool nonblock = s->nonblock || (msg_flags & MSG_DONTWAIT);
-        /* An accepted socket whose client has not answered yet takes a
-         * send's first bytes at once (sov_tp_send_early). */
+        /* A socket not paired yet takes a send's first bytes at once
+         * (sov_tp_send_early). */
         ssize_t taken = st == SOV_TP_PENDING && iov
                             ? sov_tp_send_early(s, iov, iovcnt, !nonblock) : 0;
         sov_unlock(&s->lock);
@@ -152,8 +153,15 @@ int tp_prepare_send(int fd, int msg_flags, const struct iovec *iov, int iovcnt, 
             __builtin_ia32_pause();
             continue;
         }
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (real.poll(&p, 1, 1) < 0 && errno == EINTR)
+        /* Sleep until the kernel socket speaks, or the completion queue
+         * (armed) gets the peer's WAKEUP or the end of a VI a claim dropped;
+         * 1 ms at most, so the pairing timeout is looked at. */
+        struct sov_sigwatch w = sov_sigwatch_start();
+        struct pollfd p[3] = {{.fd = fd, .events = POLLIN}};
+        VipxCQArm(sov_g.cq, VIP_TRUE);
+        int rc = sov_poll_doze(p, 1, 1, &w);
+        VipxCQArm(sov_g.cq, VIP_FALSE);
+        if (rc < 0 && errno == EINTR)
             return -1;
     }
 }
