@@ -265,10 +265,34 @@ static void accepted_elsewhere(int fd, int nfd)
         sov_tp_unlisten(l);
 }
 
+/* A shadow listener's thread answering a request takes descriptors for a
+ * moment (the Unix connection, the memfds it carries), even when it then
+ * refuses for want of them: in a process short of descriptors, the
+ * program's accept may meet EMFILE that the kernel alone would not have
+ * given. It tries again for up to ACCEPT_EMFILE_NS. */
+#define ACCEPT_EMFILE_NS 20000000u
+
+static int accept_kernel(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
+{
+    uint64_t end = 0;
+    for (;;) {
+        int nfd = real.accept4(fd, addr, addrlen, flags);
+        if (nfd >= 0 || errno != EMFILE || !atomic_load_explicit(&nshadows, memory_order_relaxed))
+            return nfd;
+        uint64_t now = sov_now_ns();
+        if (!end)
+            end = now + ACCEPT_EMFILE_NS;
+        else if (now > end)
+            return nfd;
+        struct timespec pause = {0, 200000};
+        nanosleep(&pause, NULL);
+    }
+}
+
 PRELOAD_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
 {
     preload_ready();
-    int nfd = real.accept4(fd, addr, addrlen, flags);
+    int nfd = accept_kernel(fd, addr, addrlen, flags);
     if (nfd < 0)
         return nfd;
     bool shadowing = atomic_load_explicit(&nshadows, memory_order_relaxed) != 0;
