@@ -24,7 +24,6 @@ static bool close_done(struct sov_sock *s)
     return c->reset || c->peer_gone || (c->wr_shut && c->fin_acked && c->peer_fin);
 }
 
-/* One pass over the closing sockets; true if any remain. */
 /* Takes a closed socket's connection away from the handler thread (HANDLER
  * mode), which reads s->conn under the socket's lock; the caller destroys
  * it. */
@@ -38,6 +37,7 @@ static struct sov_conn *take_conn(struct sov_sock *s)
     return c;
 }
 
+/* One pass over the closing sockets; true if any remain. */
 static bool service_closing(uint64_t now)
 {
     pthread_mutex_lock(&sov_g.lock);

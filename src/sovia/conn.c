@@ -596,22 +596,20 @@ static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch)
     VipxConnToken(ch, &token);
     struct sockaddr_storage client;
     socklen_t len = sizeof(client);
+    struct pending taken = {.conn = NULL};
     if (token >= 0 && getpeername(token, (struct sockaddr *)&client, &len) == 0) {
         uint16_t port = sov_addr_port((struct sockaddr *)&client);
         pthread_mutex_lock(&l->s->wait_lock);
-        for (unsigned i = 0; i < l->count; i++) {
+        for (unsigned i = 0; i < l->count && !taken.conn; i++) {
             struct pending *p = &l->q[(l->head + i) % l->cap];
-            if (sov_addr_port((struct sockaddr *)&p->peer) != port ||
-                !token_matches(p->token, token))
-                continue;
-            struct pending taken = queue_take(l, i);
-            pthread_mutex_unlock(&l->s->wait_lock);
-            pending_drop(&taken); /* the client sees its VI go */
-            pthread_mutex_lock(&l->s->wait_lock);
-            break;
+            if (sov_addr_port((struct sockaddr *)&p->peer) == port &&
+                token_matches(p->token, token))
+                taken = queue_take(l, i);
         }
         pthread_mutex_unlock(&l->s->wait_lock);
     }
+    if (taken.conn)
+        pending_drop(&taken); /* the client sees its VI go */
     if (token >= 0)
         VipxFdClose(token);
     VipConnectReject(ch);

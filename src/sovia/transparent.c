@@ -60,10 +60,14 @@ int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struc
         sov_sock_free(s);
         return err;
     }
+    /* Under the lock, as sov_sock_adopt: the socket may be recycled, and
+     * the service thread may still hold it from its last pairing list. */
+    sov_lock(&s->lock);
     s->conn = c;
     s->transparent = true;
     s->tp_waiting = true;
     s->kind = SK_CONNECTED;
+    sov_unlock(&s->lock);
     *out = s;
     return 0;
 }
@@ -155,11 +159,13 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
         return -ENOMEM;
     }
     s->gen++;
+    sov_lock(&s->lock); /* as in sov_tp_connect */
     s->transparent = true;
     s->cfg = c->cfg;
     s->conn = c;
     s->kind = SK_CONNECTED;
     s->tp_waiting = true;
+    sov_unlock(&s->lock);
     int err = publish(s);
     if (err) {
         sov_tp_discard(s);
@@ -332,7 +338,8 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
      * server that gave up waiting for the answer (it closed or shut down
      * with bytes held) wrote them there, and its WAKEUP, still in our ring
      * (we were stopped, say), must not pair us with a VI it dropped. */
-    if (!server && c->tentative && kernel_spoke(s, false)) {
+    bool looked = !server && c->tentative;
+    if (looked && kernel_spoke(s, false)) {
         fall_back(s);
         return SOV_TP_FELL_BACK;
     }
@@ -361,7 +368,7 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
          * process; a server's client gave up (it drops its VI first) or
          * does not keep to the protocol: its bytes must be read where it
          * wrote them. */
-        bool spoke = kernel_spoke(s, server);
+        bool spoke = !(look == 0 && looked) && kernel_spoke(s, server); /* looked just now */
         if (!spoke && (server || sov_now_ns() - c->tentative_since_ns <= pair_timeout_ns()))
             return SOV_TP_PENDING;
         if (look == 1) {

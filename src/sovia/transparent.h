@@ -57,8 +57,8 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s);
  * back or the wait ran out (and the lock is gone). */
 bool sov_tp_settle_wait(struct sov_sock **sp, int fd);
 
-/* A server socket awaiting its client's answer takes up to one packet of
- * bytes at once, as a kernel socket's send buffer would (caller holds the
+/* A socket not paired yet (a client before the accept, a server before the
+ * client's answer) takes up to one packet of bytes at once, as a kernel socket's send buffer would (caller holds the
  * lock). The bytes taken, -EAGAIN when it holds all it can, or 0 when the
  * socket does not take early bytes. `whole` (a blocking send): all of
  * them or none, since a blocking send does not return short. */

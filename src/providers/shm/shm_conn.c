@@ -290,18 +290,22 @@ static struct shm_listener *listener_get(struct shm_nic *snic, const VIP_NET_ADD
     return l;
 }
 
+static void listener_free(struct shm_listener *l)
+{
+    VipxFdClose(l->fd);
+    int r = atomic_load(&l->reserve);
+    if (r >= 0)
+        VipxFdClose(r);
+    free(l);
+}
+
 static void listener_put(struct shm_nic *snic, struct shm_listener *l)
 {
     pthread_mutex_lock(&snic->lock);
     bool last = --l->refs == 0;
     pthread_mutex_unlock(&snic->lock);
-    if (last) {
-        VipxFdClose(l->fd);
-        int r = atomic_load(&l->reserve);
-        if (r >= 0)
-            VipxFdClose(r);
-        free(l);
-    }
+    if (last)
+        listener_free(l);
 }
 
 /* Unlists `l`: new requests get no answer but a refusal, waiters wake. */
@@ -340,11 +344,7 @@ void shm_forget_listeners(struct shm_nic *snic)
     while (snic->listeners) {
         struct shm_listener *l = snic->listeners;
         snic->listeners = l->next;
-        VipxFdClose(l->fd);
-        int r = atomic_load(&l->reserve);
-        if (r >= 0)
-            VipxFdClose(r);
-        free(l);
+        listener_free(l);
     }
 }
 
