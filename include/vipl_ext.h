@@ -202,6 +202,22 @@ VIP_RETURN VipxViImport(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES *ViAttribs,
                         const VIPX_STATE *State, VIP_VI_HANDLE *ViHandle);
 VIP_RETURN VipxViImportRecv(VIP_VI_HANDLE ViHandle, VIP_DESCRIPTOR *DescriptorPtr,
                             VIP_MEM_HANDLE MemoryHandle);
+/*
+ * Handing a shared VI's queue state between the processes that hold it
+ * (after fork, or exec with another holder alive). The VI's segments are
+ * already mapped in each; what differs is each process's private view of
+ * the queues. VipxViSyncSave describes a connected VI whose send queue is
+ * empty, as VipxViExport does but without descriptors (PostedOffsets: the
+ * arena offsets of the receives still posted, in order). VipxViSyncLoad
+ * makes another holder's copy of the same VI agree with it: its own
+ * receive queue is dropped (no completion is reported for it), and
+ * VipxViImportRecv, once per saved offset and in order, re-attaches its
+ * descriptors. Only one holder may use the VI between a save and the next
+ * load elsewhere; the caller serialises them.
+ */
+VIP_RETURN VipxViSyncSave(VIP_VI_HANDLE ViHandle, VIPX_STATE *State, VIP_ULONG *PostedOffsets,
+                          VIP_ULONG *NumPosted);
+VIP_RETURN VipxViSyncLoad(VIP_VI_HANDLE ViHandle, const VIPX_STATE *State);
 VIP_RETURN VipxCQExport(VIP_CQ_HANDLE CQHandle, VIPX_STATE *State);
 VIP_RETURN VipxCQImport(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCount, const VIPX_STATE *State,
                         VIP_CQ_HANDLE *CQHandle);

@@ -262,16 +262,16 @@ static uint32_t readiness(struct item *it, bool *pending, bool *gone)
         *gone = true;
         return 0;
     }
-    sov_lock(&s->lock);
+    sov_sock_lock(s);
     if (s->dead || sov_lookup(it->fd) != s) {
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
         *gone = true;
         return 0;
     }
     switch (sov_tp_settle(s)) {
     case SOV_TP_PENDING: {
         bool room = sov_tp_early_room(s); /* a server may write at once */
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
         *pending = true;
         return room ? EPOLLOUT : 0;
     }
@@ -290,7 +290,7 @@ static uint32_t readiness(struct item *it, bool *pending, bool *gone)
         it->last_rx = rx;
         it->last_tx = tx;
     }
-    sov_unlock(&s->lock);
+    sov_sock_unlock(s);
     return r;
 }
 

@@ -17,13 +17,13 @@
 static void add_conn_bytes(struct sov_sock *s, bool closing, unsigned long long *sent,
                            unsigned long long *received)
 {
-    if (atomic_exchange_explicit(&s->lock.held, true, memory_order_acquire))
+    if (!sov_sock_trylock(s))
         return; /* busy in another thread: left out rather than waited for */
     if (s->conn && (closing || !s->dead)) {
         *sent += s->conn->stats.bytes_sent;
         *received += s->conn->stats.bytes_received;
     }
-    sov_unlock(&s->lock);
+    sov_sock_unlock(s);
 }
 
 /* Bytes of the connections still open at exit, or still closing (a

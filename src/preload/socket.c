@@ -111,9 +111,9 @@ static struct sov_sock *lock_carried(int fd)
     struct sov_sock *s = sov_lookup(fd);
     if (!s)
         return NULL;
-    sov_lock(&s->lock);
+    sov_sock_lock(s);
     if (s->dead || sov_lookup(fd) != s) {
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
         return NULL;
     }
     return s;
@@ -134,7 +134,7 @@ int tp_prepare_send(int fd, int msg_flags, const struct iovec *iov, int iovcnt, 
          * (sov_tp_send_early). */
         ssize_t taken = st == SOV_TP_PENDING && iov
                             ? sov_tp_send_early(s, iov, iovcnt, !nonblock) : 0;
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
         if (taken > 0) {
             *early = taken;
             return 1;
@@ -179,7 +179,7 @@ static void settle_early(int fd)
     if (s && s->conn && s->conn->early_len && sov_tp_settle_soon(s) == SOV_TP_FELL_BACK)
         return; /* unlocked */
     if (s)
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
 }
 
 /* ---- The calls --------------------------------------------------------------- */

@@ -58,9 +58,9 @@ bool spawn_needed(void)
         struct sov_sock *s = sov_lookup(fd);
         if (!s)
             continue;
-        sov_lock(&s->lock);
+        sov_sock_lock(s);
         bool live = !s->dead && s->transparent && s->kind == SK_CONNECTED;
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
         if (live)
             return true;
     }

@@ -208,7 +208,7 @@ SOV_EXPORT int sov_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, in
         return -1;
     }
     n->gen++;
-    sov_lock(&n->lock);
+    sov_sock_lock(n);
     n->cfg = c->cfg;
     n->conn = c;
     n->kind = SK_CONNECTED;
@@ -223,7 +223,7 @@ SOV_EXPORT int sov_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, in
     n->peer = peer;
     n->peer_len = peer_len;
     sov_conn_established(n);
-    sov_unlock(&n->lock);
+    sov_sock_unlock(n);
     err = sov_table_insert(n);
     if (err) {
         sov_conn_destroy(c);
@@ -365,10 +365,10 @@ SOV_EXPORT int sov_close(int fd)
     if (kind == SK_CONNECTED && s->transparent) {
         /* While the kernel socket is open: bytes held for the pairing may
          * have to go there (sov_tp_close_settle). */
-        sov_lock(&s->lock);
+        sov_sock_lock(s);
         if (s->tp_waiting)
             sov_tp_close_settle(s, s->linger.l_onoff && s->linger.l_linger == 0);
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
     }
     close(fd);
     if (port_fd >= 0)
@@ -420,7 +420,7 @@ void sov_before_fork(void)
         struct sov_sock *s = sov_lookup(fd);
         if (!s)
             continue; /* a dup'ed socket is seen again: c->shared says so */
-        sov_lock(&s->lock);
+        sov_sock_lock(s);
         /* A server connection whose client has not answered yet pairs
          * first: the WAKEUP answer must reach the process that sends the
          * bytes written so far (the parent), not whichever polls first. */
@@ -428,7 +428,7 @@ void sov_before_fork(void)
             !sov_tp_settle_wait(&s, fd))
             continue;
         struct sov_conn *c = s->conn;
-        if (!s->dead && s->kind == SK_CONNECTED && c && !c->shared) {
+        if (!s->dead && s->kind == SK_CONNECTED && c && !c->rec && !c->rec_forking) {
             sov_progress(s);
             if (c->clen && !c->reset)
                 sov_flush(s, true);
@@ -436,11 +436,19 @@ void sov_before_fork(void)
             sov_repost_deferred(c);
             VIP_VI_STATE st;
             if (VipQueryVi(c->vi, &st, NULL, NULL, NULL) == VIP_SUCCESS &&
-                st == VIP_STATE_CONNECTED)
-                VipxViShare(c->vi);
+                st == VIP_STATE_CONNECTED) {
+                if (!c->shared)
+                    VipxViShare(c->vi);
+                /* Without a record, one process at a time may use it. A
+                 * shared one has none when it was ours alone again. */
+                sov_shared_begin(s, 2);
+            }
             c->shared = true;
+            c->rec_forking = true;
+        } else if (!s->dead && c && c->rec) {
+            sov_shared_fork(c);
         }
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
     }
     /* Last, and held across the fork, so that no other thread is inside
      * them when the child's copy is made (sockets first: the service
@@ -453,6 +461,7 @@ void sov_after_fork_parent(void)
 {
     pthread_mutex_unlock(&sov_g.lock);
     sov_table_fork_lock(false);
+    sov_shared_forked();
 }
 
 /* In a forked child: the parent's threads are gone; they start again when
@@ -480,6 +489,7 @@ void sov_after_fork_child(void)
         if (s && s->conn)
             s->conn->early_len = 0;
     }
+    sov_shared_forked();
     if (sov_g.nic && atomic_load(&sov_g.open_conns))
         VipxNicAfterFork(sov_g.nic);
     else if (sov_g.nic) /* the parent's listening must not outlive it here */

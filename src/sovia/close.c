@@ -30,10 +30,10 @@ static bool close_done(struct sov_sock *s)
 static struct sov_conn *take_conn(struct sov_sock *s)
 {
     sov_conn_detach_handling(s);
-    sov_lock(&s->lock);
+    sov_sock_lock(s);
     struct sov_conn *c = s->conn;
     s->conn = NULL;
-    sov_unlock(&s->lock);
+    sov_sock_unlock(s);
     return c;
 }
 
@@ -44,7 +44,7 @@ static bool service_closing(uint64_t now)
     struct sov_sock **pp = &sov_g.closing, *done = NULL;
     while (*pp) {
         struct sov_sock *s = *pp;
-        sov_lock(&s->lock);
+        sov_sock_lock(s);
         struct sov_conn *c = s->conn;
         sov_progress(s);
         if (!c->reset && (c->clen || !c->wr_shut)) {
@@ -52,7 +52,7 @@ static bool service_closing(uint64_t now)
                 sov_send_fin(s);
         }
         bool finished = close_done(s) || now > s->close_deadline_ns;
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
         if (finished) {
             *pp = s->next_closing;
             s->next_closing = done;
@@ -83,7 +83,7 @@ static void service_timers(uint64_t now)
          * out of (iperf3 on Ctrl-C) stays locked for good, which left the
          * program's exit (sov_atexit -> sov_close -> sov_timer_remove)
          * waiting for sov_g.lock forever. */
-        if (atomic_exchange_explicit(&s->lock.held, true, memory_order_acquire))
+        if (!sov_sock_trylock(s))
             continue;
         if (s->conn && s->conn->clen && now >= s->conn->cdeadline_ns) {
             sov_progress(s);
@@ -91,7 +91,7 @@ static void service_timers(uint64_t now)
         }
         if (s->conn) /* an idle application must not hold a buffer back */
             sov_repost_deferred(s->conn);
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
     }
     pthread_mutex_unlock(&sov_g.lock);
 }
@@ -110,15 +110,15 @@ static void service_pairing(void)
     while (list) {
         struct sov_sock *s = list;
         list = s->next_pairing;
-        sov_lock(&s->lock);
+        sov_sock_lock(s);
         if (s->dead || !s->tp_waiting) {
-            sov_unlock(&s->lock);
+            sov_sock_unlock(s);
             continue;
         }
         enum sov_tp_state st = sov_tp_settle(s);
         if (st == SOV_TP_FELL_BACK)
             continue; /* unlocked and unpublished */
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
         if (st == SOV_TP_PENDING)
             sov_pairing_add(s);
     }
@@ -234,9 +234,9 @@ void sov_conn_established(struct sov_sock *s)
     sov_stat_serve_start();
     sov_conn_attach_handling(s);
     if (s->conn->cfg.combine) {
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
         sov_timer_add(s);
-        sov_lock(&s->lock);
+        sov_sock_lock(s);
     }
 }
 
@@ -250,7 +250,7 @@ void sov_close_connected(struct sov_sock *s)
 {
     sov_timer_remove(s);
     sov_pairing_remove(s);
-    sov_lock(&s->lock);
+    sov_sock_lock(s);
     struct sov_conn *c = s->conn;
     /* A shared copy may be stale (another holder used the connection):
      * what arrived is not for it, and its window accounting would take
@@ -276,7 +276,7 @@ void sov_close_connected(struct sov_sock *s)
         abort = true;
     }
     if (abort) {
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
         sov_conn_destroy(take_conn(s)); /* the peer sees ECONNRESET */
         if (!unpaired) /* an unpaired one was never counted open */
             atomic_fetch_sub(&sov_g.open_conns, 1);
@@ -288,7 +288,7 @@ void sov_close_connected(struct sov_sock *s)
     uint64_t linger_ns = s->linger.l_onoff ? (uint64_t)s->linger.l_linger * 1000000000u : 0;
     s->close_deadline_ns = sov_now_ns() + (linger_ns ? linger_ns : CLOSE_TIMEOUT_NS);
     unsigned seen = atomic_load(&s->events);
-    sov_unlock(&s->lock);
+    sov_sock_unlock(s);
     pthread_mutex_lock(&sov_g.lock);
     s->next_closing = sov_g.closing;
     sov_g.closing = s;
@@ -314,13 +314,12 @@ void sov_atexit(void)
         /* A signal handler that longjmp'd out of a sovia call (iperf3 does
          * on Ctrl-C) left that socket locked: exit without it. */
         uint64_t end = sov_now_ns() + 100000000u;
-        bool held = true;
-        while ((held = atomic_exchange_explicit(&s->lock.held, true, memory_order_acquire)) &&
-               sov_now_ns() < end)
+        bool got;
+        while (!(got = sov_sock_trylock(s)) && sov_now_ns() < end)
             sched_yield();
-        if (held)
+        if (!got)
             continue;
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
         sov_close(fd);
     }
     uint64_t end = sov_now_ns() + 2000000000u;

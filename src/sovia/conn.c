@@ -210,6 +210,7 @@ void sov_conn_destroy(struct sov_conn *c)
         return;
     atomic_fetch_add(&sov_g.bytes_sent, c->stats.bytes_sent);
     atomic_fetch_add(&sov_g.bytes_received, c->stats.bytes_received);
+    sov_shared_drop(c);
     VIP_VI_STATE st = VIP_STATE_IDLE;
     if (c->vi)
         VipQueryVi(c->vi, &st, NULL, NULL, NULL);
@@ -388,7 +389,7 @@ static int run_connect(struct connect_job *j)
     free(local);
     free(remote);
     struct sov_sock *s = j->s;
-    sov_lock(&s->lock);
+    sov_sock_lock(s);
     bool gone = s->dead || s->gen != j->gen || s->fd != j->fd;
     if (!gone) {
         if (err == 0) {
@@ -401,7 +402,7 @@ static int run_connect(struct connect_job *j)
         }
     }
     bool free_sock = gone && j->detached && s->dead && s->gen == j->gen;
-    sov_unlock(&s->lock);
+    sov_sock_unlock(s);
     if (gone || err)
         sov_conn_destroy(c);
     if (gone && !err)
@@ -473,10 +474,10 @@ int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len)
         }
         return -EINPROGRESS;
     }
-    sov_unlock(&s->lock);
+    sov_sock_unlock(s);
     err = run_connect(j);
     free(j);
-    sov_lock(&s->lock);
+    sov_sock_lock(s);
     if (!err)
         return 0;
     s->so_error = 0; /* reported by this call, not later */

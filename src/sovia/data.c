@@ -11,7 +11,7 @@
 
 #include "sock.h"
 
-static void abort_conn(struct sov_conn *c)
+void sov_conn_abort(struct sov_conn *c)
 {
     c->reset = true;
     /* Unread DATA goes with the connection, as TCP drops it on a reset:
@@ -27,7 +27,9 @@ static void abort_conn(struct sov_conn *c)
         VipDisconnect(c->vi); /* the peer learns at once (ECONNRESET) */
 }
 
-static int repost(struct sov_conn *c, unsigned i)
+/* Receive buffer i's descriptor, ready to post (its address and memory
+ * handle never change). */
+VIP_DESCRIPTOR *sov_rdesc_reset(struct sov_conn *c, unsigned i)
 {
     VIP_DESCRIPTOR *d = &c->rdesc[i];
     d->CS.Status = 0;
@@ -36,11 +38,17 @@ static int repost(struct sov_conn *c, unsigned i)
     d->CS.Control = 0;
     d->CS.SegCount = 1;
     d->DS[0].Local.Length = (VIP_UINT32)c->cfg.mtu;
+    return d;
+}
+
+static int repost(struct sov_conn *c, unsigned i)
+{
+    VIP_DESCRIPTOR *d = sov_rdesc_reset(c, i);
     if (VipPostRecv(c->vi, d, c->desc_mh) != VIP_SUCCESS) {
         VIP_VI_STATE st;
         if (VipQueryVi(c->vi, &st, NULL, NULL, NULL) == VIP_SUCCESS && st == VIP_STATE_ERROR)
             return sov_conn_lost(c);
-        abort_conn(c);
+        sov_conn_abort(c);
         return -ECONNRESET;
     }
     return 0;
@@ -105,11 +113,11 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
     uint32_t type = imm & PKT_TYPE_MASK, acks = (imm >> PKT_ACKS_SHIFT) & PKT_ACKS_MAX;
     if (type == PKT_WAKEUP) {
         if (sov_conn_wakeup(c, d) != 0) {
-            abort_conn(c);
+            sov_conn_abort(c);
         } else if (c->tentative) { /* sovia run: the server paired us; confirm */
             c->tentative = false;
             if (sov_conn_send_ctrl(c, PKT_WAKEUP) != 0)
-                abort_conn(c);
+                sov_conn_abort(c);
         }
         return;
     }
@@ -118,7 +126,7 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
      * connection only. */
     if (!c->peer_window || acks > c->peer_window - c->credits ||
         (imm & ~(PKT_TYPE_MASK | PKT_ACKS_MAX << PKT_ACKS_SHIFT))) {
-        abort_conn(c);
+        sov_conn_abort(c);
         return;
     }
     c->credits += acks;
@@ -129,13 +137,13 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
          * at most our window of it, and none after its FIN. */
         unsigned held = c->rq_count + (c->deferred >= 0) + c->to_ack;
         if (len == 0 || len > c->cfg.mtu || held >= c->cfg.window || c->peer_fin) {
-            abort_conn(c);
+            sov_conn_abort(c);
             return;
         }
         c->stats.data_packets_received++;
         c->stats.bytes_received += len;
         if (s->app_closed) { /* data for a closed socket: TCP resets */
-            abort_conn(c);
+            sov_conn_abort(c);
             return;
         }
         if (s->rd_shut) {
@@ -153,7 +161,7 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
         return;
     case PKT_FIN:
         if (c->peer_fin) { /* a second FIN: the peer's state is not ours */
-            abort_conn(c);
+            sov_conn_abort(c);
             return;
         }
         c->peer_fin = true;
@@ -165,7 +173,7 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
         repost(c, (unsigned)i);
         return;
     default:
-        abort_conn(c);
+        sov_conn_abort(c);
     }
 }
 
@@ -190,13 +198,19 @@ int sov_conn_wakeup(struct sov_conn *c, VIP_DESCRIPTOR *d)
 
 /* Handles every completed receive of the socket's VI (SINGLE strategy; in
  * HANDLER and NOTIFY another thread does this). */
+/* HANDLER and NOTIFY take a connection over once it is established
+ * (sov_conn_attach_handling); a sovia run connection awaiting its pairing
+ * has nobody but its callers to see the peer's WAKEUP. (Shared connections
+ * get a record only with SINGLE handling: shared.c.) */
+static bool handled_elsewhere(const struct sov_sock *s, const struct sov_conn *c)
+{
+    return c->cfg.handling != SOV_SINGLE && !s->tp_waiting;
+}
+
 int sov_progress(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
-    /* HANDLER and NOTIFY take a connection over once it is established
-     * (sov_conn_attach_handling); a sovia run connection awaiting its
-     * pairing has nobody but its callers here to see the peer's WAKEUP. */
-    if (!c || (c->cfg.handling != SOV_SINGLE && !s->tp_waiting))
+    if (!c || handled_elsewhere(s, c))
         return 0;
     int n = 0;
     VIP_DESCRIPTOR *d;
@@ -216,11 +230,11 @@ static int block_on_cq(struct sov_sock *s)
     VipxCQArm(sov_g.cq, VIP_TRUE);
     int n = sov_progress(s);
     if (n == 0) {
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
         struct pollfd pfd = {.fd = sov_g.cq_fd, .events = POLLIN};
         int rc = poll(&pfd, 1, 20);
         int err = rc < 0 ? errno : 0;
-        sov_lock(&s->lock);
+        sov_sock_lock(s);
         VipxCQArm(sov_g.cq, VIP_FALSE);
         return err == EINTR ? -EINTR : 0;
     }
@@ -232,7 +246,7 @@ static int block_on_cq(struct sov_sock *s)
 static int wait_for_handler(struct sov_sock *s)
 {
     unsigned seen = atomic_load(&s->events);
-    sov_unlock(&s->lock);
+    sov_sock_unlock(s);
     pthread_mutex_lock(&s->wait_lock);
     if (atomic_load(&s->events) == seen) {
         struct timespec ts;
@@ -245,7 +259,7 @@ static int wait_for_handler(struct sov_sock *s)
         pthread_cond_timedwait(&s->cond, &s->wait_lock, &ts);
     }
     pthread_mutex_unlock(&s->wait_lock);
-    sov_lock(&s->lock);
+    sov_sock_lock(s);
     return 0;
 }
 
@@ -261,7 +275,7 @@ int sov_wait(struct sov_sock *s, uint64_t *spun_since)
     int rc = 0;
     if (c)
         sov_repost_deferred(c); /* waiting is free time for it */
-    if (c && c->cfg.handling != SOV_SINGLE) {
+    if (c && handled_elsewhere(s, c)) {
         rc = wait_for_handler(s);
     } else {
         enum sov_wait_mode mode = c ? c->cfg.wait_mode : s->cfg.wait_mode;
@@ -276,8 +290,8 @@ int sov_wait(struct sov_sock *s, uint64_t *spun_since)
             /* No pause instruction: it costs ~140 cycles on recent cores and
              * would delay noticing the packet; dropping the lock for a
              * moment is enough to let another thread of this socket in. */
-            sov_unlock(&s->lock);
-            sov_lock(&s->lock);
+            sov_sock_unlock(s);
+            sov_sock_lock(s);
         } else {
             rc = block_on_cq(s);
         }
@@ -470,7 +484,9 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
     size_t sent = 0;
     while (u.k < u.n) {
         struct sov_conn *c = s->conn;
-        bool combine = c->cfg.combine && !s->nodelay;
+        /* Not for a shared connection: combined bytes would wait in this
+         * process's buffer, out of the other holders' sight. */
+        bool combine = c->cfg.combine && !s->nodelay && !c->rec;
         size_t a = cur_avail(&u);
         ssize_t n;
         int rc = 0;

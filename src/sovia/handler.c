@@ -59,10 +59,10 @@ static void *handler_thread(void *arg)
             continue;
         /* Sockets are recycled, never freed: if this one was closed (or
          * reused) meanwhile, its connection no longer has this VI. */
-        sov_lock(&s->lock);
+        sov_sock_lock(s);
         if (s->conn && s->conn->vi == vi)
             handle_all(s, NULL);
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
         sov_wake_waiters(s);
     }
     return NULL;
@@ -88,13 +88,13 @@ static void notify_cb(VIP_PVOID ctx, VIP_NIC_HANDLE nic, VIP_VI_HANDLE vi, VIP_D
 {
     (void)nic;
     struct sov_sock *s = ctx;
-    sov_lock(&s->lock);
+    sov_sock_lock(s);
     if (s->conn && s->conn->vi == vi) {
         handle_all(s, d);
         if (!s->conn->reset)
             VipRecvNotify(vi, s, notify_cb); /* one-shot: ask for the next one */
     }
-    sov_unlock(&s->lock);
+    sov_sock_unlock(s);
     sov_wake_waiters(s);
 }
 

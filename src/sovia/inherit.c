@@ -24,7 +24,7 @@
 #include "transparent.h"
 
 #define INHERIT_MAGIC 0x53564948u /* "SVIH" */
-#define INHERIT_VERSION 1u
+#define INHERIT_VERSION 2u
 #define INHERIT_NAMES 16 /* descriptors naming one connection */
 #define INHERIT_MAX_BUFFERS 65536
 
@@ -50,6 +50,7 @@ struct inh_conn {
     uint64_t send_mtu, rq_off, rx_bytes;
     uint32_t rq_count, nposted;
     uint8_t wr_shut, fin_acked, peer_fin, peer_gone, reset, reset_told, shared;
+    int32_t rec_fd; /* the shared record (shared.c), or -1 */
     struct sov_stats stats;
     VIPX_STATE vi;
 };
@@ -135,6 +136,12 @@ static bool export_conn(struct sov_handoff *h, struct sov_sock *s, const int32_t
     if (c->reset || c->nrecv > nposted ||
         VipxViExport(c->vi, &r.vi, offs, &nposted) != VIP_SUCCESS || !keep_state_open(h, &r.vi))
         return false;
+    r.rec_fd = -1;
+    if (c->rec) { /* the other holders go on using it */
+        if (!keep_open(h, c->rec_fd))
+            return false;
+        r.rec_fd = c->rec_fd;
+    }
     for (VIP_ULONG k = 0; k < nposted; k++)
         posted[k] = (uint32_t)offs[k];
     memcpy(r.names, names, nnames * sizeof(*names));
@@ -203,7 +210,7 @@ int sov_inherit_export(struct sov_handoff *h)
         int32_t names[INHERIT_NAMES];
         if (!s || !s->transparent)
             continue;
-        sov_lock(&s->lock);
+        sov_sock_lock(s);
         if (!sov_tp_settle_wait(&s, fd))
             continue; /* fell back to TCP: the kernel socket is all there is */
         /* Each socket once, at its lowest surviving name. */
@@ -212,13 +219,13 @@ int sov_inherit_export(struct sov_handoff *h)
                          : surviving_names(s, names);
         if (n && names[0] == fd) {
             if (!export_conn(h, s, names, n, forked)) {
-                sov_unlock(&s->lock);
+                sov_sock_unlock(s);
                 sov_inherit_abort(h);
                 return -1;
             }
             hdr.nconns++;
         }
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
     }
     if (!hdr.nconns || pwrite(h->memfd, &hdr.nconns, sizeof(hdr.nconns),
                               offsetof(struct inh_header, nconns)) != sizeof(hdr.nconns)) {
@@ -363,6 +370,16 @@ static bool import_conn(int memfd)
     struct sov_sock *s = c ? sov_sock_adopt(r.names[0], r.domain, r.nonblock) : NULL;
     if (c && !s)
         sov_conn_destroy(c);
+    if (r.rec_fd >= 0) {
+        VIPX_STATE rec = {.NumFds = 1, .Fds = {r.rec_fd}};
+        adopt_state(&rec);
+        /* Without its record the connection is still ours, but is one to
+         * use one process at a time, as before records existed. */
+        if (s)
+            sov_shared_attach(c, rec.Fds[0]);
+        else
+            VipxFdClose(rec.Fds[0]);
+    }
     if (s) {
         restore_conn(c, &r, tail);
         restore_sock(s, c, &r);
@@ -371,9 +388,9 @@ static bool import_conn(int memfd)
             if (sov_table_set(r.names[i], s) == 0)
                 s->nfds++;
         atomic_fetch_add(&sov_g.tp_paired, 1);
-        sov_lock(&s->lock);
+        sov_sock_lock(s);
         sov_conn_established(s);
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
     }
     free(tail);
     /* A connection that cannot come back is gone for this image (its VI's

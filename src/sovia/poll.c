@@ -88,7 +88,7 @@ static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, 
             continue;
         struct sov_sock *s = sov_lookup(fds[i].fd);
         if (s) {
-            sov_lock(&s->lock);
+            sov_sock_lock(s);
             if (!s->dead && sov_lookup(fds[i].fd) == s) {
                 switch (sov_tp_settle(s)) {
                 case SOV_TP_PENDING: {
@@ -99,7 +99,7 @@ static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, 
                      * only then, and ftpd accepts after RETR) */
                     bool room = sov_tp_early_room(s);
                     *tentative = true;
-                    sov_unlock(&s->lock);
+                    sov_sock_unlock(s);
                     if (room)
                         fds[i].revents = fds[i].events & POLLOUT;
                     continue;
@@ -110,10 +110,10 @@ static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, 
                     break;
                 }
                 fds[i].revents = sov_sock_revents(s, fds[i].events);
-                sov_unlock(&s->lock);
+                sov_sock_unlock(s);
                 continue;
             }
-            sov_unlock(&s->lock);
+            sov_sock_unlock(s);
         }
     kernel:
         if (user) /* e.g. an epoll set's carried entries; its kernel ones below */

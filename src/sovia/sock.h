@@ -131,6 +131,13 @@ struct sov_conn {
      * process's copy (VipxViRelease) and says nothing to the peer, whose
      * stream ends when the last holder lets go. */
     bool shared;
+    /* Shared with a record (shared.c): the state at rest lives in memory
+     * every holder maps, so any of them may use the connection. */
+    struct sov_rec *rec;
+    int rec_fd;
+    size_t rec_len;
+    uint32_t rec_seen;  /* the record's version this copy matches */
+    bool rec_forking;   /* counted once for the fork under way */
     /* sovia run: bytes an accepted connection was given before the client
      * answered our WAKEUP (a kernel socket takes them at once). They go as
      * the first DATA when it pairs, or to the kernel socket if the client
@@ -187,7 +194,43 @@ struct sov_sock {
     bool in_pairing;
     bool timed;
     uint64_t close_deadline_ns;
+    struct sov_conn *rec_entered; /* its record is held by this section */
 };
+
+/* shared.c: a connection held by several processes. Every section of a
+ * socket's lock is, for such a connection, also a section of its record's
+ * lock: it starts from the state the last holder left and leaves its own. */
+void sov_shared_enter(struct sov_sock *s);
+void sov_shared_leave(struct sov_sock *s);
+
+static inline void sov_sock_lock(struct sov_sock *s)
+{
+    sov_lock(&s->lock);
+    if (__builtin_expect(s->conn && s->conn->rec, 0))
+        sov_shared_enter(s);
+}
+
+static inline void sov_sock_unlock(struct sov_sock *s)
+{
+    if (__builtin_expect(s->rec_entered != NULL, 0))
+        sov_shared_leave(s);
+    sov_unlock(&s->lock);
+}
+
+/* The lock if it is free (a timer must not wait on a busy socket). */
+static inline bool sov_sock_trylock(struct sov_sock *s)
+{
+    sov_locks_held++;
+    if (atomic_exchange_explicit(&s->lock.held, true, memory_order_acquire)) {
+        if (--sov_locks_held == 0 &&
+            atomic_load_explicit(&sov_signals_deferred, memory_order_relaxed))
+            sov_raise_deferred();
+        return false;
+    }
+    if (__builtin_expect(s->conn && s->conn->rec, 0))
+        sov_shared_enter(s);
+    return true;
+}
 
 /* ---- Process-wide state ---------------------------------------------------- */
 
@@ -231,7 +274,7 @@ void sov_after_fork_child(void);
 struct sov_sock *sov_acquire(int fd);
 static inline void sov_release(struct sov_sock *s)
 {
-    sov_unlock(&s->lock);
+    sov_sock_unlock(s);
 }
 struct sov_sock *sov_lookup(int fd); /* unlocked, may be stale */
 int sov_table_limit(void);
@@ -292,6 +335,14 @@ struct sov_conn *sov_conn_import(const struct sov_config *cfg, unsigned nrecv, u
 void sov_conn_destroy(struct sov_conn *c);
 int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type);
 int sov_conn_lost(struct sov_conn *c); /* the VI failed: -ECONNRESET or -EPIPE */
+void sov_conn_abort(struct sov_conn *c); /* reset it: the peer gets ECONNRESET */
+VIP_DESCRIPTOR *sov_rdesc_reset(struct sov_conn *c, unsigned i);
+/* shared.c */
+int sov_shared_begin(struct sov_sock *s, unsigned holders);
+int sov_shared_attach(struct sov_conn *c, int fd);
+void sov_shared_drop(struct sov_conn *c);
+void sov_shared_fork(struct sov_conn *c);
+void sov_shared_forked(void); /* after fork, in both processes */
 int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,
                     VIP_MEM_HANDLE mh);
 int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);

@@ -147,9 +147,9 @@ static void describe(struct outbuf *b, struct sov_sock *s, int fd)
 {
     struct sockaddr_storage local, peer;
     socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
-    sov_lock(&s->lock);
+    sov_sock_lock(s);
     if (s->dead || sov_lookup(fd) != s || s->kind != SK_CONNECTED || !s->conn) {
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
         return;
     }
     if (!s->tp_waiting) /* pairing is for the program and the service thread */
@@ -172,7 +172,7 @@ static void describe(struct outbuf *b, struct sov_sock *s, int fd)
     unsigned window = c->cfg.window, credits = c->credits;
     enum sov_wait_mode wait = c->cfg.wait_mode;
     enum sov_handling handling = c->cfg.handling;
-    sov_unlock(&s->lock);
+    sov_sock_unlock(s);
 
     char ls[INET6_ADDRSTRLEN + 16], ps[INET6_ADDRSTRLEN + 16];
     format_addr(&local, local_len, ls, sizeof(ls));

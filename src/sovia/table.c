@@ -62,10 +62,10 @@ struct sov_sock *sov_acquire(int fd)
 {
     struct sov_sock *s = sov_lookup(fd);
     if (s) {
-        sov_lock(&s->lock);
+        sov_sock_lock(s);
         if (!s->dead && sov_lookup(fd) == s)
             return s;
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
     }
     errno = fcntl(fd, F_GETFD) < 0 ? EBADF : ENOTSOCK;
     return NULL;
@@ -170,7 +170,7 @@ struct sov_sock *sov_sock_adopt(int fd, int domain, bool nonblock)
         pthread_mutex_init(&s->wait_lock, NULL);
         pthread_cond_init(&s->cond, NULL);
     }
-    sov_lock(&s->lock);
+    sov_sock_lock(s);
     s->fd = fd;
     s->dead = false;
     s->kind = SK_NEW;
@@ -193,7 +193,7 @@ struct sov_sock *sov_sock_adopt(int fd, int domain, bool nonblock)
     pthread_mutex_lock(&sov_g.lock);
     s->cfg = sov_g.cfg;
     pthread_mutex_unlock(&sov_g.lock);
-    sov_unlock(&s->lock);
+    sov_sock_unlock(s);
     return s;
 }
 

@@ -62,20 +62,30 @@ int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struc
     }
     /* Under the lock, as sov_sock_adopt: the socket may be recycled, and
      * the service thread may still hold it from its last pairing list. */
-    sov_lock(&s->lock);
+    sov_sock_lock(s);
     s->conn = c;
     s->transparent = true;
     s->tp_waiting = true;
     s->kind = SK_CONNECTED;
-    sov_unlock(&s->lock);
+    sov_sock_unlock(s);
     *out = s;
     return 0;
 }
 
+/* The connection leaves the socket under its lock: a thread that still
+ * holds the socket from a pairing list locks it and looks at s->conn. */
+static struct sov_conn *detach_conn(struct sov_sock *s)
+{
+    sov_sock_lock(s);
+    struct sov_conn *c = s->conn;
+    s->conn = NULL;
+    sov_sock_unlock(s);
+    return c;
+}
+
 void sov_tp_discard(struct sov_sock *s)
 {
-    sov_conn_destroy(s->conn);
-    s->conn = NULL;
+    sov_conn_destroy(detach_conn(s));
     sov_sock_free(s);
 }
 
@@ -135,9 +145,9 @@ struct sov_sock *sov_tp_listen(int fd, int domain, const struct sockaddr *local,
 
 void sov_tp_unlisten(struct sov_sock *l)
 {
-    sov_lock(&l->lock);
+    sov_sock_lock(l);
     l->dead = true;
-    sov_unlock(&l->lock);
+    sov_sock_unlock(l);
     sov_wake_waiters(l);
     sov_listen_stop(l);
     sov_sock_free(l);
@@ -159,13 +169,13 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
         return -ENOMEM;
     }
     s->gen++;
-    sov_lock(&s->lock); /* as in sov_tp_connect */
+    sov_sock_lock(s); /* as in sov_tp_connect */
     s->transparent = true;
     s->cfg = c->cfg;
     s->conn = c;
     s->kind = SK_CONNECTED;
     s->tp_waiting = true;
-    sov_unlock(&s->lock);
+    sov_sock_unlock(s);
     int err = publish(s);
     if (err) {
         sov_tp_discard(s);
@@ -255,10 +265,10 @@ static bool kernel_spoke(const struct sov_sock *s, bool server);
  * another process; its own thread, or ours, may need the lock meanwhile). */
 static void nap_unlocked(struct sov_sock *s)
 {
-    sov_unlock(&s->lock);
+    sov_sock_unlock(s);
     struct timespec pause = {0, 100000};
     nanosleep(&pause, NULL);
-    sov_lock(&s->lock);
+    sov_sock_lock(s);
 }
 
 void sov_tp_close_settle(struct sov_sock *s, bool abortive)
@@ -410,7 +420,7 @@ bool sov_tp_settle_wait(struct sov_sock **sp, int fd)
     uint64_t deadline = sov_now_ns() + 1500000000u; /* past the client's pairing timeout */
     while (s->tp_waiting && !s->dead) {
         if (sov_now_ns() > deadline) {
-            sov_unlock(&s->lock);
+            sov_sock_unlock(s);
             return false;
         }
         enum sov_tp_state st = sov_tp_settle(s);
@@ -418,13 +428,13 @@ bool sov_tp_settle_wait(struct sov_sock **sp, int fd)
             return false;
         if (st == SOV_TP_PAIRED)
             break;
-        sov_unlock(&s->lock);
+        sov_sock_unlock(s);
         struct timespec pause = {0, 100000};
         nanosleep(&pause, NULL);
         s = sov_lookup(fd);
         if (!s)
             return false;
-        sov_lock(&s->lock);
+        sov_sock_lock(s);
         *sp = s;
     }
     return true;
@@ -441,12 +451,13 @@ static void fall_back(struct sov_sock *s)
         if (sov_table_clear(fd, s))
             s->nfds--;
     write_kernel(s); /* early bytes, before anything the program writes next */
-    if (s->conn)
-        s->conn->early_len = 0;
-    sov_unlock(&s->lock);
+    struct sov_conn *c = s->conn;
+    s->conn = NULL; /* under the lock: see detach_conn */
+    if (c)
+        c->early_len = 0;
+    sov_sock_unlock(s);
     sov_wake_waiters(s);
-    sov_conn_destroy(s->conn); /* the server sees the VI go: it stays on TCP */
-    s->conn = NULL;
+    sov_conn_destroy(c); /* the server sees the VI go: it stays on TCP */
     sov_sock_free(s);
 }
 

@@ -1,22 +1,33 @@
 /*
- * inherit.c - handing VIs and CQs to the next program image (exec). The
- * core checks handles and arguments; the provider packs and unpacks its
- * state (VIPX_STATE: bytes plus descriptors).
+ * inherit.c - handing VIs and CQs to the next program image (exec), and a
+ * shared VI's queue state between the processes holding it. The core
+ * checks handles and arguments; the provider packs and unpacks its state
+ * (VIPX_STATE: bytes plus descriptors).
  */
 #include "core.h"
 
-VIPL_EXPORT VIP_RETURN VipxViExport(VIP_VI_HANDLE ViHandle, VIPX_STATE *State,
-                                    VIP_ULONG *PostedOffsets, VIP_ULONG *NumPosted)
+/* VipxViExport and VipxViSyncSave: a connected VI's state, by `sync`'s op. */
+static VIP_RETURN save_vi(VIP_VI_HANDLE ViHandle, VIPX_STATE *State, VIP_ULONG *PostedOffsets,
+                          VIP_ULONG *NumPosted, bool sync)
 {
     struct vipl_vi *vi = vi_of(ViHandle);
     if (!vi || !State || !NumPosted || (*NumPosted && !PostedOffsets))
         return VIP_INVALID_PARAMETER;
     if (vipl_vi_state(vi) != VIP_STATE_CONNECTED)
         return VIP_INVALID_STATE;
-    if (!vi->nic->prov->vi_export)
+    const struct vipl_provider *p = vi->nic->prov;
+    VIP_RETURN (*op)(struct vipl_vi *, VIPX_STATE *, VIP_ULONG *, VIP_ULONG *) =
+        sync ? p->vi_sync_save : p->vi_export;
+    if (!op)
         return VIP_ERROR_NOT_SUPPORTED;
     *State = (VIPX_STATE){0};
-    return vi->nic->prov->vi_export(vi, State, PostedOffsets, NumPosted);
+    return op(vi, State, PostedOffsets, NumPosted);
+}
+
+VIPL_EXPORT VIP_RETURN VipxViExport(VIP_VI_HANDLE ViHandle, VIPX_STATE *State,
+                                    VIP_ULONG *PostedOffsets, VIP_ULONG *NumPosted)
+{
+    return save_vi(ViHandle, State, PostedOffsets, NumPosted, false);
 }
 
 VIPL_EXPORT VIP_RETURN VipxViImport(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES *ViAttribs,
@@ -42,6 +53,24 @@ VIPL_EXPORT VIP_RETURN VipxViImportRecv(VIP_VI_HANDLE ViHandle, VIP_DESCRIPTOR *
     if (wr.error)
         return VIP_INVALID_PARAMETER; /* an import must match what was posted */
     return vi->nic->prov->vi_import_recv(vi, &wr);
+}
+
+VIPL_EXPORT VIP_RETURN VipxViSyncSave(VIP_VI_HANDLE ViHandle, VIPX_STATE *State,
+                                      VIP_ULONG *PostedOffsets, VIP_ULONG *NumPosted)
+{
+    return save_vi(ViHandle, State, PostedOffsets, NumPosted, true);
+}
+
+VIPL_EXPORT VIP_RETURN VipxViSyncLoad(VIP_VI_HANDLE ViHandle, const VIPX_STATE *State)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi || !State || State->NumFds || State->Length > VIPX_STATE_BYTES)
+        return VIP_INVALID_PARAMETER;
+    if (vipl_vi_state(vi) != VIP_STATE_CONNECTED)
+        return VIP_INVALID_STATE;
+    if (!vi->nic->prov->vi_sync_load)
+        return VIP_ERROR_NOT_SUPPORTED;
+    return vi->nic->prov->vi_sync_load(vi, State);
 }
 
 VIPL_EXPORT VIP_RETURN VipxCQExport(VIP_CQ_HANDLE CQHandle, VIPX_STATE *State)

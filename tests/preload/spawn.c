@@ -23,8 +23,6 @@
  *    own functions while nothing is carried;
  *  - popen "w" and "re" streams, pclose statuses, a popen child not holding
  *    an earlier stream's pipe, and the echo under popen "r".
- * Two known bugs of fork-shared connections (not of the spawn paths) have
- * cases that PRELOAD_TEST_KNOWN_BUGS=1 runs.
  */
 #include "pharness.h"
 

@@ -242,6 +242,10 @@ static inline bool shm_arena_offset(const struct shm_vi *vi, const void *addr, u
 VIP_RETURN shm_vi_export(struct vipl_vi *vi, VIPX_STATE *st, VIP_ULONG *offsets, VIP_ULONG *n);
 VIP_RETURN shm_vi_import(struct vipl_vi *vi, const VIPX_STATE *st);
 VIP_RETURN shm_vi_import_recv(struct vipl_vi *vi, struct vipl_wr *wr);
+/* shm_sync.c */
+VIP_RETURN shm_rq_posted(struct shm_vi *vi, VIP_ULONG *offsets, VIP_ULONG *n, uint32_t *first);
+VIP_RETURN shm_vi_sync_save(struct vipl_vi *vi, VIPX_STATE *st, VIP_ULONG *offsets, VIP_ULONG *n);
+VIP_RETURN shm_vi_sync_load(struct vipl_vi *vi, const VIPX_STATE *st);
 VIP_RETURN shm_cq_export(struct vipl_cq *cq, VIPX_STATE *st);
 VIP_RETURN shm_cq_import(struct vipl_cq *cq, const VIPX_STATE *st);
 int shm_cq_armed_page(struct shm_cq *cq, int fd); /* maps (fd >= 0) or makes the page */

@@ -45,23 +45,11 @@ VIP_RETURN shm_vi_export(struct vipl_vi *cvi, VIPX_STATE *st, VIP_ULONG *offsets
     shm_lock(&vi->sq_lock);
     shm_lock(&vi->rq_lock);
     struct shm_peer *peer = vi->peer;
-    uint32_t head = vi->rq_head, tail = atomic_load(&vi->rq_tail);
-    uint32_t first = head != tail ? vi->rq[head & vi->mask].sidx : vi->rq_published;
-    if (!vi->inheritable || !peer || vi->ctl_fd < 0 || vi->sq_head != vi->sq_tail)
+    uint32_t first = 0;
+    if (!vi->inheritable || vi->ctl_fd < 0)
         r = VIP_INVALID_STATE;
-    else if (tail - head > *n)
-        r = VIP_ERROR_RESOURCE;
-    for (uint32_t i = head; r == VIP_SUCCESS && i != tail; i++) {
-        const struct shm_rq_entry *e = &vi->rq[i & vi->mask];
-        uint32_t off;
-        /* Only arena receives, published in order, can be re-attached. */
-        bool plain = e->published && !e->staged && !e->local_status && e->nsge &&
-                     e->sidx == first + (i - head);
-        if (!plain || !shm_arena_offset(vi, e->sge[0].addr, e->sge[0].len, &off))
-            r = VIP_ERROR_NOT_SUPPORTED;
-        else
-            offsets[i - head] = off - vi->arena_off;
-    }
+    else
+        r = shm_rq_posted(vi, offsets, n, &first);
     if (r == VIP_SUCCESS) {
         struct vi_state s = {
             .magic = STATE_MAGIC,
@@ -75,7 +63,7 @@ VIP_RETURN shm_vi_export(struct vipl_vi *cvi, VIPX_STATE *st, VIP_ULONG *offsets
             .arena_len = vi->arena_len,
             .rq_published = vi->rq_published,
             .first_sidx = first,
-            .nposted = tail - head,
+            .nposted = (uint32_t)*n,
             .peer_consumed = peer->consumed,
             .peer_posted_seen = peer->posted_seen,
             .peer_pid = peer->pid,
@@ -89,7 +77,6 @@ VIP_RETURN shm_vi_export(struct vipl_vi *cvi, VIPX_STATE *st, VIP_ULONG *offsets
                          peer->kept[2], peer->msg.wake_sock ? peer->wake_sock : peer->kept[3]};
         memcpy(st->Fds, fds, sizeof(fds));
         st->NumFds = NFDS;
-        *n = tail - head;
     }
     shm_unlock(&vi->rq_lock);
     shm_unlock(&vi->sq_lock);

@@ -129,6 +129,8 @@ const struct vipl_provider vipl_provider_shm = {
     .vi_export = shm_vi_export,
     .vi_import = shm_vi_import,
     .vi_import_recv = shm_vi_import_recv,
+    .vi_sync_save = shm_vi_sync_save,
+    .vi_sync_load = shm_vi_sync_load,
     .cq_export = shm_cq_export,
     .cq_import = shm_cq_import,
 };

@@ -1,0 +1,369 @@
+/*
+ * shared.c - one connection used by several processes (docs/SOCKETS.md,
+ * "Processes"), as after fork with kernel sockets: a shell that hands its
+ * /dev/tcp descriptor to one command after another, a parent and child
+ * that both write, a server whose children read one request each.
+ *
+ * Each holder keeps its own copy of the protocol state and of its VI's
+ * private queue view, so the state at rest lives in a record every holder
+ * maps (a memfd, created before the fork, passed on across exec). A
+ * section of the socket's lock is then also a section of the record's:
+ * entering loads the record over our copy if another holder changed it
+ * since we last saw it; leaving saves ours and bumps the version if it
+ * changed. The record's lock holds a pid, so a holder that died inside a
+ * section is noticed; its half-done changes cannot be trusted, and the
+ * connection is reset for everyone.
+ *
+ * Once every other holder has let go, the last one drops the record and
+ * goes back to its private fast path. Holders that die without closing
+ * (SIGKILL) are not counted down: the survivors stay on the record, which
+ * is slower but correct.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sock.h"
+
+#define REC_MAGIC 0x53565352u /* "SVSR" */
+
+/* The state a connection leaves for its next user. Compared as bytes to
+ * tell whether a section changed anything: keep it free of padding. */
+struct rec_state {
+    uint32_t credits, to_ack;
+    uint32_t rq_count, nposted;
+    /* Set when the connection pairs, which may be after the fork (a sovia
+     * run client that forks before its server accepted). */
+    uint32_t peer_window, ack_every;
+    uint64_t rq_off, rx_bytes, send_mtu;
+    uint8_t wr_shut, fin_acked, peer_fin, peer_gone;
+    uint8_t reset, reset_told, rd_shut, vi_saved;
+    uint8_t tentative, reserved[7];
+    VIPX_STATE vi;
+};
+
+_Static_assert(sizeof(struct rec_state) == 64 + sizeof(VIPX_STATE), "no padding");
+
+struct sov_rec {
+    uint32_t magic;
+    uint32_t nrecv; /* the connection's geometry, fixed */
+    _Atomic int32_t owner;    /* 0, or the pid inside a section */
+    _Atomic uint32_t holders; /* processes holding the connection */
+    _Atomic uint32_t version; /* bumped by every section that changed it */
+    uint32_t reserved[3];
+    struct rec_state st;
+    /* 2 words per unread buffer (index, length), then the arena offset of
+     * each posted receive: 3 * nrecv words at most. */
+    uint32_t words[];
+};
+
+static size_t rec_size(unsigned nrecv)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t n = sizeof(struct sov_rec) + 3 * (size_t)nrecv * sizeof(uint32_t);
+    return (n + page - 1) & ~(page - 1);
+}
+
+/* ---- The record's lock ------------------------------------------------------ */
+
+static bool pid_gone(int32_t pid)
+{
+    return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+/* False: the holder died inside its section (we hold the lock now). */
+static bool rec_lock(struct sov_rec *r)
+{
+    int32_t me = (int32_t)getpid();
+    for (unsigned spins = 0;; spins++) {
+        int32_t held = 0;
+        if (atomic_compare_exchange_weak_explicit(&r->owner, &held, me, memory_order_acquire,
+                                                  memory_order_relaxed))
+            return true;
+        /* Sections are short; another process is the usual holder. */
+        if (spins < 64)
+            continue;
+        if (spins < 1024) {
+            sched_yield();
+            continue;
+        }
+        if ((spins & 255) == 0 && (held == me || pid_gone(held)) &&
+            atomic_compare_exchange_strong(&r->owner, &held, me))
+            return held == me; /* a section of ours that never ended: ours again */
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void rec_unlock(struct sov_rec *r)
+{
+    atomic_store_explicit(&r->owner, 0, memory_order_release);
+}
+
+/* ---- Saving and loading ------------------------------------------------------ */
+
+/* Our copy, as the next user must see it. Returns the words written. */
+static size_t save(struct sov_sock *s, struct sov_conn *c, struct rec_state *st, uint32_t *words)
+{
+    sov_repost_deferred(c); /* the record knows no held-back buffer */
+    VIP_DESCRIPTOR *d;
+    while (VipSendDone(c->vi, &d) == VIP_SUCCESS)
+        c->s_reaped++;
+    memset(st, 0, sizeof(*st));
+    size_t n = 0;
+    for (unsigned k = 0; k < c->rq_count; k++) {
+        unsigned i = c->recvq[(c->rq_head + k) % (c->nrecv + 1)];
+        words[n++] = i;
+        words[n++] = c->rdesc[i].CS.Length;
+    }
+    VIP_ULONG offs[c->nrecv];
+    VIP_ULONG nposted = c->nrecv;
+    if (!c->reset && VipxViSyncSave(c->vi, &st->vi, offs, &nposted) == VIP_SUCCESS) {
+        st->vi_saved = 1;
+        st->nposted = (uint32_t)nposted;
+        for (VIP_ULONG k = 0; k < nposted; k++)
+            words[n++] = (uint32_t)offs[k];
+    }
+    st->credits = c->credits;
+    st->to_ack = c->to_ack;
+    st->peer_window = c->peer_window;
+    st->ack_every = c->ack_every;
+    st->send_mtu = c->send_mtu;
+    st->tentative = c->tentative;
+    st->rq_count = c->rq_count;
+    st->rq_off = c->rq_off;
+    st->rx_bytes = c->rx_bytes;
+    st->wr_shut = c->wr_shut;
+    st->fin_acked = c->fin_acked;
+    st->peer_fin = c->peer_fin;
+    st->peer_gone = c->peer_gone;
+    st->reset = c->reset;
+    st->reset_told = c->reset_told;
+    st->rd_shut = s->rd_shut;
+    return n;
+}
+
+/* Written by another process of this program, not by the peer; checked
+ * all the same, as a bad value would index our arena. */
+static bool record_sane(const struct sov_conn *c, const struct sov_rec *r)
+{
+    const struct rec_state *st = &r->st;
+    if (r->magic != REC_MAGIC || r->nrecv != c->nrecv || st->rq_count > c->nrecv ||
+        st->nposted > c->nrecv - st->rq_count || st->peer_window > 1024 ||
+        st->credits > st->peer_window || st->send_mtu > c->cfg.mtu)
+        return false;
+    uint64_t unread = 0;
+    for (unsigned k = 0; k < st->rq_count; k++) {
+        uint32_t i = r->words[2 * k], len = r->words[2 * k + 1];
+        if (i >= c->nrecv || len == 0 || len > c->cfg.mtu)
+            return false;
+        unread += len;
+    }
+    if (st->rq_count ? st->rq_off >= r->words[1] : st->rq_off != 0)
+        return false;
+    for (unsigned k = 0; k < st->nposted; k++) {
+        uint32_t off = r->words[2 * st->rq_count + k];
+        if (off % c->cfg.mtu || off / c->cfg.mtu >= c->nrecv)
+            return false;
+    }
+    return unread - st->rq_off == st->rx_bytes;
+}
+
+/* The record over our copy. False: the connection cannot go on here. */
+static bool load(struct sov_sock *s, struct sov_conn *c, const struct sov_rec *r)
+{
+    if (!record_sane(c, r))
+        return false;
+    const struct rec_state *st = &r->st;
+    VIP_DESCRIPTOR *d;
+    while (VipSendDone(c->vi, &d) == VIP_SUCCESS)
+        c->s_reaped++;
+    c->deferred = -1;
+    if (st->vi_saved && !c->reset) {
+        if (VipxViSyncLoad(c->vi, &st->vi) != VIP_SUCCESS)
+            return false;
+        for (unsigned k = 0; k < st->nposted; k++) {
+            unsigned i = r->words[2 * st->rq_count + k] / (unsigned)c->cfg.mtu;
+            if (VipxViImportRecv(c->vi, sov_rdesc_reset(c, i), c->desc_mh) != VIP_SUCCESS)
+                return false;
+        }
+    }
+    c->rq_head = 0;
+    c->rq_count = st->rq_count;
+    for (unsigned k = 0; k < st->rq_count; k++) {
+        c->recvq[k] = r->words[2 * k];
+        c->rdesc[c->recvq[k]].CS.Length = r->words[2 * k + 1];
+    }
+    c->rq_off = st->rq_off;
+    c->rx_bytes = st->rx_bytes;
+    c->credits = st->credits;
+    c->to_ack = st->to_ack;
+    c->peer_window = st->peer_window;
+    c->ack_every = st->ack_every;
+    c->send_mtu = st->send_mtu;
+    c->tentative = st->tentative;
+    c->wr_shut = st->wr_shut;
+    c->fin_acked = st->fin_acked;
+    c->peer_fin = st->peer_fin;
+    c->peer_gone = st->peer_gone;
+    c->reset_told = st->reset_told;
+    s->rd_shut = st->rd_shut;
+    if (st->reset && !c->reset)
+        sov_conn_abort(c);
+    return true;
+}
+
+/* Leaves our copy in the record if it differs; the caller holds its lock. */
+static void publish(struct sov_sock *s, struct sov_conn *c, struct sov_rec *r)
+{
+    struct rec_state st;
+    uint32_t words[3 * c->nrecv + 1];
+    size_t n = save(s, c, &st, words);
+    if (memcmp(&st, &r->st, sizeof(st)) != 0 ||
+        memcmp(words, r->words, n * sizeof(words[0])) != 0) {
+        memcpy(r->words, words, n * sizeof(words[0]));
+        r->st = st;
+        atomic_fetch_add_explicit(&r->version, 1, memory_order_release);
+    }
+    c->rec_seen = atomic_load_explicit(&r->version, memory_order_relaxed);
+}
+
+/* ---- Sections ------------------------------------------------------------------ */
+
+static void unmap(struct sov_conn *c)
+{
+    munmap(c->rec, c->rec_len);
+    VipxFdClose(c->rec_fd);
+    c->rec = NULL;
+    c->rec_fd = -1;
+}
+
+void sov_shared_enter(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    struct sov_rec *r = c->rec;
+    bool intact = rec_lock(r);
+    s->rec_entered = c;
+    if (!intact) {
+        /* What the dead holder left half done cannot be trusted. */
+        r->st.reset = 1;
+        atomic_fetch_add(&r->version, 1);
+        if (!c->reset)
+            sov_conn_abort(c);
+        c->rec_seen = atomic_load(&r->version);
+    } else if (atomic_load_explicit(&r->version, memory_order_acquire) != c->rec_seen) {
+        if (!load(s, c, r)) {
+            fprintf(stderr, "sovia: a shared connection's record is inconsistent; reset\n");
+            if (!c->reset)
+                sov_conn_abort(c);
+        }
+        c->rec_seen = atomic_load_explicit(&r->version, memory_order_relaxed);
+    }
+    if (atomic_load(&r->holders) <= 1) {
+        /* Everyone else let go: our copy is the connection again. */
+        s->rec_entered = NULL;
+        rec_unlock(r);
+        unmap(c);
+    }
+}
+
+void sov_shared_leave(struct sov_sock *s)
+{
+    struct sov_conn *c = s->rec_entered;
+    s->rec_entered = NULL;
+    if (!c->rec)
+        return;
+    publish(s, c, c->rec);
+    rec_unlock(c->rec);
+}
+
+/* ---- Records come and go ------------------------------------------------------------ */
+
+/* Caller holds s->lock (not a section: there is no record yet), with the
+ * connection's held-back bytes sent. */
+int sov_shared_begin(struct sov_sock *s, unsigned holders)
+{
+    struct sov_conn *c = s->conn;
+    /* A handler thread or notify callback takes packets off the queue
+     * outside the socket's lock, so out of the record's sight. */
+    if (c->cfg.handling != SOV_SINGLE)
+        return -ENOTSUP;
+    size_t len = rec_size(c->nrecv);
+    VipxFdCreateBegin();
+    int fd = VipxFdAdopt(memfd_create("sovia-shared", MFD_CLOEXEC));
+    VipxFdCreateEnd();
+    if (fd < 0)
+        return -errno;
+    void *p = MAP_FAILED;
+    if (fchmod(fd, 0600) == 0 && ftruncate(fd, (off_t)len) == 0)
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        int err = -errno;
+        VipxFdClose(fd);
+        return err;
+    }
+    struct sov_rec *r = p;
+    r->magic = REC_MAGIC;
+    r->nrecv = c->nrecv;
+    atomic_store(&r->holders, holders);
+    atomic_store(&r->version, 1);
+    c->rec = r;
+    c->rec_fd = fd;
+    c->rec_len = len;
+    publish(s, c, r);
+    return 0;
+}
+
+/* An inherited record (exec): checked, then ours. Takes fd. */
+int sov_shared_attach(struct sov_conn *c, int fd)
+{
+    size_t len = rec_size(c->nrecv);
+    struct stat sb;
+    void *p = MAP_FAILED;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (size_t)sb.st_size == len)
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    struct sov_rec *r = p;
+    if (p == MAP_FAILED || r->magic != REC_MAGIC || r->nrecv != c->nrecv) {
+        if (p != MAP_FAILED)
+            munmap(p, len);
+        VipxFdClose(fd);
+        return -EPROTO;
+    }
+    c->rec = r;
+    c->rec_fd = fd;
+    c->rec_len = len;
+    c->rec_seen = 0; /* load it at the first section */
+    return 0;
+}
+
+/* This process lets go of the connection (outside any section of it). */
+void sov_shared_drop(struct sov_conn *c)
+{
+    if (!c->rec)
+        return;
+    atomic_fetch_sub(&c->rec->holders, 1);
+    unmap(c);
+}
+
+/* One more process holds the connection (a fork under way). */
+void sov_shared_fork(struct sov_conn *c)
+{
+    if (c->rec && !c->rec_forking)
+        atomic_fetch_add(&c->rec->holders, 1);
+    c->rec_forking = true;
+}
+
+void sov_shared_forked(void)
+{
+    for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {
+        struct sov_sock *s = sov_lookup(fd);
+        if (s && s->conn)
+            s->conn->rec_forking = false;
+    }
+}

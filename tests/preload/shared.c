@@ -1,0 +1,290 @@
+/*
+ * shared.c - one carried connection used by several processes, as kernel
+ * sockets allow after fork (issue 4, "Process semantics"):
+ *  - alternate_fork: the parent and a series of forked children take turns
+ *    (each writes a request and reads its reply; some children end with
+ *    exit, some with _exit, which skips the sockets layer's exit);
+ *  - alternate_exec: as a shell's `exec 3<>/dev/tcp/...` followed by
+ *    `head -c N <&3` and its own reads and writes: children exec head(1)
+ *    on the connection while the parent writes and reads between them
+ *    (before records, the parent read head's bytes again and lost others);
+ *  - split_directions: the parent writes a stream while its child reads
+ *    the echo at the same time (rlogin's pattern);
+ *  - concurrent_readers: parent and child read one stream at once; every
+ *    byte goes to exactly one of them (count and sum of the bytes);
+ *  - concurrent_writers: parent and child write 64-byte records at once;
+ *    the server gets every record of each, whole and in each one's order.
+ * Every case is byte-exact and must stay carried. PRELOAD_TEST_KERNEL=1
+ * checks the same expectations on kernel TCP.
+ */
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pharness.h"
+
+/* Forked children serve an inherited connection with the sockets layer's
+ * threads. */
+P_THREADED_FORK_CHILDREN
+
+#define ROUNDS 24
+#define REQ 48
+#define STREAM (8u << 20)
+#define RECORD 64
+#define RECORDS 4000
+
+static void echo_server(struct p_role *r)
+{
+    p_echo_serve((int)SYS(accept(r->lfd, NULL, NULL)));
+}
+
+/* One request of round i and its echo, byte-exact. */
+static void exchange(int fd, int i)
+{
+    char out[REQ], in[REQ];
+    p_fill(out, sizeof out, (uint64_t)i);
+    p_write_all(fd, out, sizeof out);
+    p_read_all(fd, in, sizeof in);
+    if (memcmp(in, out, sizeof out) != 0)
+        FAILF("round %d: the echo differs", i);
+}
+
+static void wait_ok(pid_t pid)
+{
+    int st;
+    CHECK_EQ(SYS(waitpid(pid, &st, 0)), pid);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+}
+
+static void end_stream(int fd)
+{
+    SYS(shutdown(fd, SHUT_WR));
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+}
+
+/* ---- Taking turns ---------------------------------------------------------- */
+
+static void alternate_fork_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    for (int i = 0; i < ROUNDS; i++) {
+        if (i % 2 == 0) {
+            exchange(fd, i);
+            continue;
+        }
+        pid_t pid = SYS(fork());
+        if (pid == 0) {
+            p_child_safety();
+            p_threaded_fork_child();
+            exchange(fd, i);
+            if (i % 4 == 1)
+                _exit(0); /* the sockets layer never hears of this one's end */
+            exit(0);
+        }
+        wait_ok(pid);
+    }
+    end_stream(fd);
+}
+
+/* head(1) reads exactly REQ bytes of the connection (its stdin) and writes
+ * them to the pipe. */
+static void head_reads_reply(int fd, int i)
+{
+    char out[REQ], in[REQ];
+    p_fill(out, sizeof out, (uint64_t)i);
+    p_write_all(fd, out, sizeof out);
+    int pipefd[2];
+    SYS(pipe(pipefd));
+    pid_t pid = SYS(fork());
+    if (pid == 0) {
+        p_child_safety();
+        p_threaded_fork_child();
+        SYS(dup2(fd, 0));
+        SYS(dup2(pipefd[1], 1));
+        char count[16];
+        snprintf(count, sizeof count, "%d", REQ);
+        execlp("head", "head", "-c", count, (char *)NULL);
+        FAILF("exec head");
+    }
+    SYS(close(pipefd[1]));
+    p_read_all(pipefd[0], in, sizeof in);
+    char extra;
+    CHECK_EQ(read(pipefd[0], &extra, 1), 0);
+    SYS(close(pipefd[0]));
+    wait_ok(pid);
+    if (memcmp(in, out, sizeof out) != 0)
+        FAILF("round %d: what head read differs", i);
+}
+
+static void alternate_exec_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    for (int i = 0; i < ROUNDS / 2; i++) {
+        exchange(fd, 2 * i);
+        head_reads_reply(fd, 2 * i + 1);
+    }
+    exchange(fd, ROUNDS);
+    end_stream(fd);
+}
+
+/* ---- At the same time ---------------------------------------------------------- */
+
+static void split_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    pid_t pid = SYS(fork());
+    if (pid == 0) { /* reads the whole echo */
+        p_child_safety();
+        p_threaded_fork_child();
+        char *want = malloc(STREAM), *got = malloc(STREAM);
+        CHECK(want && got);
+        p_fill(want, STREAM, 7);
+        p_read_all(fd, got, STREAM);
+        if (memcmp(got, want, STREAM) != 0)
+            FAILF("the echo read by the child differs");
+        char c;
+        CHECK_EQ(read(fd, &c, 1), 0);
+        exit(0);
+    }
+    char *out = malloc(STREAM);
+    CHECK(out != NULL);
+    p_fill(out, STREAM, 7);
+    p_write_all(fd, out, STREAM);
+    SYS(shutdown(fd, SHUT_WR));
+    wait_ok(pid);
+    SYS(close(fd));
+}
+
+/* Writes RECORDS records in bursts (so that both readers wait, and both
+ * get some), then closes. */
+static void record_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    char rec[RECORD];
+    for (int i = 0; i < RECORDS; i++) {
+        p_fill(rec, sizeof rec, (uint64_t)i);
+        p_write_all(fd, rec, sizeof rec);
+        if (i % 100 == 99)
+            p_sleep_ms(1);
+    }
+    SYS(close(fd));
+}
+
+static uint64_t stream_sum(void)
+{
+    uint64_t sum = 0;
+    char rec[RECORD];
+    for (int i = 0; i < RECORDS; i++) {
+        p_fill(rec, sizeof rec, (uint64_t)i);
+        for (int k = 0; k < RECORD; k++)
+            sum += (unsigned char)rec[k];
+    }
+    return sum;
+}
+
+/* Reads to the end of stream: how many bytes, and their sum. */
+static void read_to_end(int fd, uint64_t *count, uint64_t *sum)
+{
+    char buf[RECORD];
+    ssize_t n;
+    *count = *sum = 0;
+    while ((n = SYS(read(fd, buf, sizeof buf))) > 0) {
+        *count += (uint64_t)n;
+        for (ssize_t k = 0; k < n; k++)
+            *sum += (unsigned char)buf[k];
+    }
+}
+
+static void readers_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    int report[2];
+    SYS(pipe(report));
+    pid_t pid = SYS(fork());
+    if (pid == 0) {
+        p_child_safety();
+        p_threaded_fork_child();
+        uint64_t got[2];
+        read_to_end(fd, &got[0], &got[1]);
+        p_write_all(report[1], got, sizeof got);
+        exit(0);
+    }
+    uint64_t mine[2], child[2];
+    read_to_end(fd, &mine[0], &mine[1]);
+    p_read_all(report[0], child, sizeof child);
+    wait_ok(pid);
+    p_log("parent read %llu bytes, child %llu", (unsigned long long)mine[0],
+          (unsigned long long)child[0]);
+    CHECK_EQ(mine[0] + child[0], (uint64_t)RECORDS * RECORD);
+    CHECK(mine[1] + child[1] == stream_sum());
+    SYS(close(fd));
+}
+
+/* Records of writer w: w, its sequence number, then p_fill bytes. */
+static void make_record(char *rec, int w, int i)
+{
+    p_fill(rec, RECORD, (uint64_t)(w * RECORDS + i));
+    rec[0] = (char)w;
+    memcpy(rec + 1, &i, sizeof i);
+}
+
+static void records_check_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    int next[2] = {0, 0};
+    char rec[RECORD], want[RECORD];
+    for (int n = 0; n < 2 * RECORDS; n++) {
+        p_read_all(fd, rec, sizeof rec);
+        int w = rec[0];
+        CHECK(w == 0 || w == 1);
+        make_record(want, w, next[w]);
+        if (memcmp(rec, want, sizeof rec) != 0)
+            FAILF("record %d of writer %d is not the next one", next[w], w);
+        next[w]++;
+    }
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+}
+
+static void writers_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    pid_t pid = SYS(fork());
+    int w = pid == 0;
+    if (w) {
+        p_child_safety();
+        p_threaded_fork_child();
+    }
+    char rec[RECORD];
+    for (int i = 0; i < RECORDS; i++) {
+        make_record(rec, w, i);
+        p_write_all(fd, rec, sizeof rec);
+    }
+    if (w)
+        exit(0);
+    wait_ok(pid);
+    SYS(shutdown(fd, SHUT_WR));
+    SYS(close(fd));
+}
+
+int main(void)
+{
+    p_init("shared");
+    p_case("alternate_fork", echo_server, alternate_fork_client, P_CARRIED);
+    p_case("alternate_exec", echo_server, alternate_exec_client, P_CARRIED);
+    if (p_asan()) {
+        p_case_skip("split_directions", "ASan: forked children start threads");
+        p_case_skip("concurrent_readers", "ASan: forked children start threads");
+        p_case_skip("concurrent_writers", "ASan: forked children start threads");
+    } else {
+        p_case("split_directions", echo_server, split_client, P_CARRIED);
+        p_case("concurrent_readers", record_server, readers_client, P_CARRIED);
+        p_case("concurrent_writers", records_check_server, writers_client, P_CARRIED);
+    }
+    return p_done();
+}
