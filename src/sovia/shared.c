@@ -80,7 +80,7 @@ static bool pid_gone(int32_t pid)
 /* False: the holder died inside its section (we hold the lock now). */
 static bool rec_lock(struct sov_rec *r)
 {
-    int32_t me = (int32_t)getpid();
+    int32_t me = (int32_t)sov_g.pid; /* kept by the fork handler: no system call per section */
     for (unsigned spins = 0;; spins++) {
         int32_t held = 0;
         if (atomic_compare_exchange_weak_explicit(&r->owner, &held, me, memory_order_acquire,

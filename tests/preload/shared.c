@@ -58,6 +58,18 @@ static void wait_ok(pid_t pid)
     CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
+/* fork(); the child (0 returned) gets the role's watchdog and says it runs
+ * threads of its own. */
+static pid_t fork_holder(void)
+{
+    pid_t pid = SYS(fork());
+    if (pid == 0) {
+        p_child_safety();
+        p_threaded_fork_child();
+    }
+    return pid;
+}
+
 static void end_stream(int fd)
 {
     SYS(shutdown(fd, SHUT_WR));
@@ -76,10 +88,8 @@ static void alternate_fork_client(struct p_role *r)
             exchange(fd, i);
             continue;
         }
-        pid_t pid = SYS(fork());
+        pid_t pid = fork_holder();
         if (pid == 0) {
-            p_child_safety();
-            p_threaded_fork_child();
             exchange(fd, i);
             if (i % 4 == 1)
                 _exit(0); /* the sockets layer never hears of this one's end */
@@ -99,10 +109,8 @@ static void head_reads_reply(int fd, int i)
     p_write_all(fd, out, sizeof out);
     int pipefd[2];
     SYS(pipe(pipefd));
-    pid_t pid = SYS(fork());
+    pid_t pid = fork_holder();
     if (pid == 0) {
-        p_child_safety();
-        p_threaded_fork_child();
         SYS(dup2(fd, 0));
         SYS(dup2(pipefd[1], 1));
         char count[16];
@@ -136,10 +144,8 @@ static void alternate_exec_client(struct p_role *r)
 static void split_client(struct p_role *r)
 {
     int fd = p_connect(r->port);
-    pid_t pid = SYS(fork());
+    pid_t pid = fork_holder();
     if (pid == 0) { /* reads the whole echo */
-        p_child_safety();
-        p_threaded_fork_child();
         char *want = malloc(STREAM), *got = malloc(STREAM);
         CHECK(want && got);
         p_fill(want, STREAM, 7);
@@ -204,10 +210,8 @@ static void readers_client(struct p_role *r)
     int fd = p_connect(r->port);
     int report[2];
     SYS(pipe(report));
-    pid_t pid = SYS(fork());
+    pid_t pid = fork_holder();
     if (pid == 0) {
-        p_child_safety();
-        p_threaded_fork_child();
         uint64_t got[2];
         read_to_end(fd, &got[0], &got[1]);
         p_write_all(report[1], got, sizeof got);
@@ -254,12 +258,8 @@ static void records_check_server(struct p_role *r)
 static void writers_client(struct p_role *r)
 {
     int fd = p_connect(r->port);
-    pid_t pid = SYS(fork());
+    pid_t pid = fork_holder();
     int w = pid == 0;
-    if (w) {
-        p_child_safety();
-        p_threaded_fork_child();
-    }
     char rec[RECORD];
     for (int i = 0; i < RECORDS; i++) {
         make_record(rec, w, i);
