@@ -13,7 +13,9 @@
  *     an explicit and an implicit listener); a request already taken by
  *     VipConnectWait (not queued any more) can still be accepted after
  *     VipxUnlisten; unlistening a discriminator not listened to:
- *     VIP_INVALID_STATE; listen / unlisten / listen works;
+ *     VIP_INVALID_STATE; listen / unlisten / listen works; two threads
+ *     unlistening at once: one VIP_SUCCESS, the other VIP_INVALID_STATE
+ *     (the listener is released once: ASan sees no use after free);
  *   - bad arguments: VIP_INVALID_PARAMETER.
  * Peer 1 requests and competes for discriminators; peer 2 listens and exits.
  */
@@ -24,7 +26,7 @@
 #include <unistd.h>
 
 enum {
-    D_QUEUE, D_EXCL, D_EXIT, D_LATER, D_QUEUED_REFUSED, D_BLOCKED, D_IMPLICIT, D_TAKEN, D_AGAIN,
+    D_QUEUE, D_EXCL, D_EXIT, D_LATER, D_QUEUED_REFUSED, D_BLOCKED, D_IMPLICIT, D_TAKEN, D_AGAIN, D_RACE,
     ND
 };
 static char disc[ND][80];
@@ -278,6 +280,51 @@ static void check_blocked_waiters(VIP_NIC_HANDLE nic, int d, int n, int explicit
     free(a);
 }
 
+struct unlistener {
+    VIP_NIC_HANDLE nic;
+    VIP_NET_ADDRESS *a;
+    atomic_int *go;
+    VIP_RETURN r;
+};
+
+static void *unlisten_thread(void *arg)
+{
+    struct unlistener *u = arg;
+    while (!atomic_load(u->go))
+        ;
+    u->r = VipxUnlisten(u->nic, u->a);
+    return NULL;
+}
+
+/* A listener's close and its connection thread may unlisten at once. */
+static void check_racing_unlisten(VIP_NIC_HANDLE nic, int d)
+{
+    VIP_NET_ADDRESS *a = h_addr(disc[d]);
+    int both_ok = 0;
+    for (int round = 0; round < 500; round++) {
+        CHECK_OK(VipxListen(nic, a));
+        atomic_int go = 0;
+        struct unlistener u[2] = {{nic, a, &go, VIP_ERROR_RESOURCE}, {nic, a, &go, VIP_ERROR_RESOURCE}};
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++)
+            CHECK(pthread_create(&th[i], NULL, unlisten_thread, &u[i]) == 0);
+        atomic_store(&go, 1);
+        for (int i = 0; i < 2; i++)
+            CHECK(pthread_join(th[i], NULL) == 0);
+        both_ok += u[0].r == VIP_SUCCESS && u[1].r == VIP_SUCCESS;
+        CHECK_MSG((u[0].r == VIP_SUCCESS) + (u[1].r == VIP_SUCCESS) >= 1,
+                  "racing VipxUnlisten: %s and %s, expected one VIP_SUCCESS",
+                  VipxReturnString(u[0].r), VipxReturnString(u[1].r));
+        for (int i = 0; i < 2; i++)
+            CHECK_MSG(u[i].r == VIP_SUCCESS || u[i].r == VIP_INVALID_STATE,
+                      "racing VipxUnlisten returned %s", VipxReturnString(u[i].r));
+        CHECK_RET(VipxUnlisten(nic, a), VIP_INVALID_STATE);
+    }
+    CHECK_MSG(both_ok == 0, "racing VipxUnlisten: both threads succeeded in %d of 500 rounds",
+              both_ok);
+    free(a);
+}
+
 int main(void)
 {
     h_init("listen", 60);
@@ -417,6 +464,9 @@ int main(void)
     CHECK_OK(VipxUnlisten(nic, a));
     free(remote);
     free(a);
+
+    /* 9. Two threads unlisten at once. */
+    check_racing_unlisten(nic, D_RACE);
 
     h_signal(p.fd, 'Q');
     h_peer_finish(&p);

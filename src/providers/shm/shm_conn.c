@@ -367,16 +367,23 @@ VIP_RETURN shm_unlisten(struct vipl_nic *nic, const VIP_NET_ADDRESS *local)
     struct shm_listener *l = listener_get(snic, local, false, &err);
     if (!l)
         return VIP_INVALID_STATE;
+    /* Two threads may unlisten at once (a listener's close and its
+     * connection thread); only the one that unlists it owns the list's
+     * reference, or both would drop it. The other one was too late, as
+     * if it had come after. */
+    bool unlisted = false;
     pthread_mutex_lock(&snic->lock);
     for (struct shm_listener **p = &snic->listeners; *p; p = &(*p)->next)
         if (*p == l) {
             *p = l->next;
+            unlisted = true;
             break;
         }
     pthread_mutex_unlock(&snic->lock);
-    listener_close(snic, l); /* drops the list's reference */
-    listener_put(snic, l);   /* and ours */
-    return VIP_SUCCESS;
+    if (unlisted)
+        listener_close(snic, l); /* drops the list's reference */
+    listener_put(snic, l);       /* and ours */
+    return unlisted ? VIP_SUCCESS : VIP_INVALID_STATE;
 }
 
 /* accept4 failed for want of a descriptor: the client would wait for an
