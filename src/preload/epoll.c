@@ -775,6 +775,26 @@ PRELOAD_EXPORT int epoll_pwait(int epfd, struct epoll_event *out, int max, int t
     return wait_kernel(epfd, s, out, max, timeout, mask, true);
 }
 
+/* The timeout rounds up to whole milliseconds, as epoll_pwait's does. */
+PRELOAD_EXPORT int epoll_pwait2(int epfd, struct epoll_event *out, int max,
+                                const struct timespec *t, const sigset_t *mask)
+{
+    preload_ready();
+    struct epset *s = set_of(epfd);
+    if (!s) {
+        if (!real.epoll_pwait2) {
+            errno = ENOSYS;
+            return -1;
+        }
+        return real.epoll_pwait2(epfd, out, max, t, mask);
+    }
+    if (!timespec_valid(t)) {
+        errno = EINVAL;
+        return -1;
+    }
+    return epoll_pwait(epfd, out, max, timespec_ms(t), mask);
+}
+
 /* ---- creation --------------------------------------------------------------------- */
 
 /* A new epoll descriptor may reuse the number of one closed behind our

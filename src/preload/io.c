@@ -3,6 +3,7 @@
  * every other descriptor goes to libc untouched.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,50 +209,113 @@ PRELOAD_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
     return real.recvmsg(fd, msg, flags);
 }
 
-/* sendfile to a carried socket: read the file and send, as the kernel would
- * (offset given: pread and advance *offset; else the file position moves). */
-PRELOAD_EXPORT ssize_t sendfile(int out, int in, off_t *offset, size_t count)
+/* preadv2/pwritev2 at offset -1 are readv/writev with flags; any other
+ * offset leaves the kernel to refuse (ESPIPE, EINVAL) as it would. */
+static int rwf_msg_flags(int rwf)
 {
-    preload_ready();
-    if (!carried(out))
-        return real.sendfile(out, in, offset, count);
-    static __thread char *chunk;
-    const size_t chunk_size = 256 * 1024;
-    if (!chunk && !(chunk = malloc(chunk_size))) {
-        errno = ENOMEM;
-        return -1;
-    }
-    size_t done = 0;
-    while (done < count) {
-        size_t want = count - done < chunk_size ? count - done : chunk_size;
-        ssize_t got = offset ? pread(in, chunk, want, *offset) : real.read(in, chunk, want);
-        if (got <= 0) {
-            if (got < 0 && done == 0)
-                return -1;
-            break;
-        }
-        ssize_t sent = 0;
-        while (sent < got) {
-            ssize_t k = send(out, chunk + sent, (size_t)(got - sent), 0);
-            if (k < 0) {
-                /* give back what was read but not sent */
-                if (!offset)
-                    lseek(in, -(off_t)(got - sent), SEEK_CUR);
-                if (offset)
-                    *offset += sent;
-                done += (size_t)sent;
-                return done ? (ssize_t)done : -1;
-            }
-            sent += k;
-        }
-        if (offset)
-            *offset += got;
-        done += (size_t)got;
-    }
-    return (ssize_t)done;
+    return rwf & RWF_NOWAIT ? MSG_DONTWAIT : 0;
 }
 
-PRELOAD_EXPORT ssize_t sendfile64(int out, int in, off_t *offset, size_t count)
+static bool rwf_known(int rwf)
 {
-    return sendfile(out, in, offset, count);
+    return !(rwf & ~(RWF_HIPRI | RWF_DSYNC | RWF_SYNC | RWF_NOWAIT | RWF_APPEND));
+}
+
+PRELOAD_EXPORT ssize_t preadv2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int rwf)
+{
+    preload_ready();
+    if (offset == -1 && carried(fd) && iovcnt > 0 && iovcnt <= IOV_MAX && rwf_known(rwf)) {
+        ssize_t n = via_recv(fd, iov, iovcnt, rwf_msg_flags(rwf));
+        if (n != KERNEL)
+            return n;
+    }
+    return real.preadv2(fd, iov, iovcnt, offset, rwf);
+}
+
+PRELOAD_EXPORT ssize_t pwritev2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int rwf)
+{
+    preload_ready();
+    if (offset == -1 && carried(fd) && iovcnt > 0 && iovcnt <= IOV_MAX && rwf_known(rwf)) {
+        ssize_t n = via_send(fd, iov, iovcnt, rwf_msg_flags(rwf));
+        if (n != KERNEL)
+            return n;
+    }
+    return real.pwritev2(fd, iov, iovcnt, offset, rwf);
+}
+
+PRELOAD_EXPORT ssize_t preadv64v2(int fd, const struct iovec *iov, int iovcnt, off_t offset,
+                                  int rwf)
+{
+    return preadv2(fd, iov, iovcnt, offset, rwf);
+}
+
+PRELOAD_EXPORT ssize_t pwritev64v2(int fd, const struct iovec *iov, int iovcnt, off_t offset,
+                                   int rwf)
+{
+    return pwritev2(fd, iov, iovcnt, offset, rwf);
+}
+
+/* The batch calls, message by message as the kernel does for a stream:
+ * a count once any message went through, -1 only if the first failed. */
+PRELOAD_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned vlen, int flags)
+{
+    preload_ready();
+    if (!carried(fd))
+        return real.sendmmsg(fd, vec, vlen, flags);
+    if (vlen > IOV_MAX)
+        vlen = IOV_MAX;
+    if (vlen && !vec) {
+        errno = EFAULT;
+        return -1;
+    }
+    unsigned done = 0;
+    for (; done < vlen; done++) {
+        ssize_t n = sendmsg(fd, &vec[done].msg_hdr, flags);
+        if (n < 0)
+            break;
+        vec[done].msg_len = (unsigned)n;
+    }
+    return done || !vlen ? (int)done : -1;
+}
+
+/* As the kernel: the timeout is looked at only after each message, so
+ * it does not bound a blocking receive (recvmmsg(2), BUGS). */
+PRELOAD_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned vlen, int flags,
+                            struct timespec *timeout)
+{
+    preload_ready();
+    if (!carried(fd))
+        return real.recvmmsg(fd, vec, vlen, flags, timeout);
+    if (!timespec_valid(timeout)) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (vlen > IOV_MAX)
+        vlen = IOV_MAX;
+    if (vlen && !vec) {
+        errno = EFAULT;
+        return -1;
+    }
+    uint64_t end = timeout ? sov_now_ns() + (uint64_t)timeout->tv_sec * 1000000000u +
+                                 (uint64_t)timeout->tv_nsec
+                           : 0;
+    int each = flags & ~MSG_WAITFORONE;
+    unsigned done = 0;
+    while (done < vlen) {
+        ssize_t n = recvmsg(fd, &vec[done].msg_hdr, each);
+        if (n < 0)
+            break;
+        vec[done++].msg_len = (unsigned)n;
+        if (flags & MSG_WAITFORONE)
+            each |= MSG_DONTWAIT;
+        if (timeout) {
+            uint64_t now = sov_now_ns();
+            uint64_t left = now < end ? end - now : 0;
+            timeout->tv_sec = (time_t)(left / 1000000000u);
+            timeout->tv_nsec = (long)(left % 1000000000u);
+            if (!left)
+                break;
+        }
+    }
+    return done || !vlen ? (int)done : -1;
 }

@@ -66,12 +66,17 @@ PRELOAD_EXPORT int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t 
     return poll(fds, n, timeout);
 }
 
-static int timespec_ms(const struct timespec *t)
+int timespec_ms(const struct timespec *t)
 {
     if (!t)
         return -1;
     long long ms = (long long)t->tv_sec * 1000 + (t->tv_nsec + 999999) / 1000000;
     return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
+}
+
+bool timespec_valid(const struct timespec *t)
+{
+    return !t || (t->tv_sec >= 0 && t->tv_nsec >= 0 && t->tv_nsec < 1000000000L);
 }
 
 PRELOAD_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *t,
@@ -80,11 +85,19 @@ PRELOAD_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *t,
     preload_ready();
     if (!fds || !any_carried(fds, n))
         return real.ppoll(fds, n, t, mask);
-    if (t && (t->tv_sec < 0 || t->tv_nsec < 0 || t->tv_nsec >= 1000000000L)) {
+    if (!timespec_valid(t)) {
         errno = EINVAL;
         return -1;
     }
     return poll_any(fds, n, timespec_ms(t), mask);
+}
+
+PRELOAD_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *t,
+                               const sigset_t *mask, size_t fdslen)
+{
+    if (fdslen / sizeof(*fds) < n)
+        abort();
+    return ppoll(fds, n, t, mask);
 }
 
 /* select on a carried descriptor: the same sets, expressed as a poll. */
@@ -163,7 +176,7 @@ PRELOAD_EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const stru
     preload_ready();
     if (nfds < 0 || nfds > FD_SETSIZE || !sets_carry(nfds, r, w, e))
         return real.pselect(nfds, r, w, e, t, mask);
-    if (t && (t->tv_sec < 0 || t->tv_nsec < 0 || t->tv_nsec >= 1000000000L)) {
+    if (!timespec_valid(t)) {
         errno = EINVAL;
         return -1;
     }

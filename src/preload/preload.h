@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
@@ -38,6 +39,11 @@ struct real_libc {
     ssize_t (*recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
     ssize_t (*recvmsg)(int, struct msghdr *, int);
     ssize_t (*sendfile)(int, int, off_t *, size_t);
+    ssize_t (*splice)(int, loff_t *, int, loff_t *, size_t, unsigned);
+    int (*sendmmsg)(int, struct mmsghdr *, unsigned, int);
+    int (*recvmmsg)(int, struct mmsghdr *, unsigned, int, struct timespec *);
+    ssize_t (*preadv2)(int, const struct iovec *, int, off_t, int);
+    ssize_t (*pwritev2)(int, const struct iovec *, int, off_t, int);
     int (*dup)(int);
     int (*dup2)(int, int);
     int (*dup3)(int, int, int);
@@ -53,6 +59,7 @@ struct real_libc {
     int (*epoll_ctl)(int, int, int, struct epoll_event *);
     int (*epoll_wait)(int, struct epoll_event *, int, int);
     int (*epoll_pwait)(int, struct epoll_event *, int, int, const sigset_t *);
+    int (*epoll_pwait2)(int, struct epoll_event *, int, const struct timespec *, const sigset_t *);
     pid_t (*fork)(void);
     FILE *(*fdopen)(int, const char *);
 };
@@ -95,5 +102,8 @@ void epoll_close_fd(int fd); /* fd itself (maybe an epoll set) is closed */
 
 /* poll.c */
 int poll_any(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask);
+/* A wait's timespec: valid (NULL is), and in whole ms rounded up (-1 for NULL). */
+bool timespec_valid(const struct timespec *t);
+int timespec_ms(const struct timespec *t);
 
 #endif /* SOVIA_PRELOAD_H */

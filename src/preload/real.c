@@ -29,6 +29,11 @@ static void resolve_once(void)
     FIND(recvfrom);
     FIND(recvmsg);
     FIND(sendfile);
+    FIND(splice);
+    FIND(sendmmsg);
+    FIND(recvmmsg);
+    FIND(preadv2);
+    FIND(pwritev2);
     FIND(dup);
     FIND(dup2);
     FIND(dup3);
@@ -44,6 +49,7 @@ static void resolve_once(void)
     FIND(epoll_ctl);
     FIND(epoll_wait);
     FIND(epoll_pwait);
+    FIND(epoll_pwait2);
     FIND(fork);
     FIND(fdopen);
     FIND(read); /* last: preload_ready() tests it */
