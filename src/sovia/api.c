@@ -483,10 +483,11 @@ void sov_after_fork_child(void)
         atomic_fetch_sub(&sov_g.open_conns, 1);
     sov_g.closing = NULL;
     sov_g.pairing = NULL;
-    /* Bytes written before a client answered are the parent's to send. */
+    /* Bytes written before a client answered are the parent's to send,
+     * unless they are in the connection's record, shared by both. */
     for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {
         struct sov_sock *s = sov_lookup(fd);
-        if (s && s->conn)
+        if (s && s->conn && !s->conn->rec)
             s->conn->early_len = 0;
     }
     sov_shared_forked();

@@ -23,6 +23,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -44,7 +45,8 @@ struct rec_state {
     uint64_t rq_off, rx_bytes, send_mtu;
     uint8_t wr_shut, fin_acked, peer_fin, peer_gone;
     uint8_t reset, reset_told, rd_shut, vi_saved;
-    uint8_t tentative, reserved[7];
+    uint8_t tentative, reserved[3];
+    uint32_t early_len; /* bytes held in the early area until the pairing */
     VIPX_STATE vi;
 };
 
@@ -59,15 +61,27 @@ struct sov_rec {
     uint32_t reserved[3];
     struct rec_state st;
     /* 2 words per unread buffer (index, length), then the arena offset of
-     * each posted receive: 3 * nrecv words at most. */
+     * each posted receive: 3 * nrecv words at most. Then the early area: a
+     * client's bytes written before its server accepted (one MTU), which
+     * must leave first whichever holder sees the pairing. */
     uint32_t words[];
 };
 
-static size_t rec_size(unsigned nrecv)
+static size_t words_size(const struct sov_conn *c)
+{
+    return 3 * (size_t)c->nrecv * sizeof(uint32_t);
+}
+
+static size_t rec_size(const struct sov_conn *c)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t n = sizeof(struct sov_rec) + 3 * (size_t)nrecv * sizeof(uint32_t);
+    size_t n = sizeof(struct sov_rec) + words_size(c) + c->cfg.mtu;
     return (n + page - 1) & ~(page - 1);
+}
+
+static uint8_t *early_area(const struct sov_conn *c)
+{
+    return (uint8_t *)c->rec->words + words_size(c);
 }
 
 /* ---- The record's lock ------------------------------------------------------ */
@@ -146,6 +160,7 @@ static size_t save(struct sov_sock *s, struct sov_conn *c, struct rec_state *st,
     st->reset = c->reset;
     st->reset_told = c->reset_told;
     st->rd_shut = s->rd_shut;
+    st->early_len = c->early_len;
     return n;
 }
 
@@ -156,7 +171,8 @@ static bool record_sane(const struct sov_conn *c, const struct sov_rec *r)
     const struct rec_state *st = &r->st;
     if (r->magic != REC_MAGIC || r->nrecv != c->nrecv || st->rq_count > c->nrecv ||
         st->nposted > c->nrecv - st->rq_count || st->peer_window > 1024 ||
-        st->credits > st->peer_window || st->send_mtu > c->cfg.mtu)
+        st->credits > st->peer_window || st->send_mtu > c->cfg.mtu ||
+        st->early_len > c->cfg.mtu)
         return false;
     uint64_t unread = 0;
     for (unsigned k = 0; k < st->rq_count; k++) {
@@ -213,6 +229,7 @@ static bool load(struct sov_sock *s, struct sov_conn *c, const struct sov_rec *r
     c->peer_fin = st->peer_fin;
     c->peer_gone = st->peer_gone;
     c->reset_told = st->reset_told;
+    c->early_len = st->early_len;
     s->rd_shut = st->rd_shut;
     if (st->reset && !c->reset)
         sov_conn_abort(c);
@@ -236,8 +253,38 @@ static void publish(struct sov_sock *s, struct sov_conn *c, struct sov_rec *r)
 
 /* ---- Sections ------------------------------------------------------------------ */
 
+/* The early bytes move into the record (they may have been written before
+ * the fork), or back out of it. */
+static void early_to_record(struct sov_conn *c)
+{
+    uint8_t *area = early_area(c);
+    if (c->early_len)
+        memcpy(area, c->early, c->early_len);
+    free(c->early);
+    c->early = area;
+}
+
+/* False (no memory): they stay in the record, and the record stays. */
+static bool early_from_record(struct sov_conn *c)
+{
+    if (!c->early_len) {
+        c->early = NULL;
+        return true;
+    }
+    uint8_t *own = malloc(c->cfg.mtu);
+    if (!own)
+        return false;
+    memcpy(own, c->early, c->early_len);
+    c->early = own;
+    return true;
+}
+
 static void unmap(struct sov_conn *c)
 {
+    if (c->early == early_area(c)) { /* a holder letting go: the others keep them */
+        c->early = NULL;
+        c->early_len = 0;
+    }
     munmap(c->rec, c->rec_len);
     VipxFdClose(c->rec_fd);
     c->rec = NULL;
@@ -265,7 +312,7 @@ void sov_shared_enter(struct sov_sock *s)
         }
         c->rec_seen = atomic_load_explicit(&r->version, memory_order_relaxed);
     }
-    if (atomic_load(&r->holders) <= 1) {
+    if (atomic_load(&r->holders) <= 1 && early_from_record(c)) {
         /* Everyone else let go: our copy is the connection again. */
         s->rec_entered = NULL;
         rec_unlock(r);
@@ -294,7 +341,7 @@ int sov_shared_begin(struct sov_sock *s, unsigned holders)
      * outside the socket's lock, so out of the record's sight. */
     if (c->cfg.handling != SOV_SINGLE)
         return -ENOTSUP;
-    size_t len = rec_size(c->nrecv);
+    size_t len = rec_size(c);
     VipxFdCreateBegin();
     int fd = VipxFdAdopt(memfd_create("sovia-shared", MFD_CLOEXEC));
     VipxFdCreateEnd();
@@ -316,6 +363,7 @@ int sov_shared_begin(struct sov_sock *s, unsigned holders)
     c->rec = r;
     c->rec_fd = fd;
     c->rec_len = len;
+    early_to_record(c);
     publish(s, c, r);
     return 0;
 }
@@ -323,7 +371,7 @@ int sov_shared_begin(struct sov_sock *s, unsigned holders)
 /* An inherited record (exec): checked, then ours. Takes fd. */
 int sov_shared_attach(struct sov_conn *c, int fd)
 {
-    size_t len = rec_size(c->nrecv);
+    size_t len = rec_size(c);
     struct stat sb;
     void *p = MAP_FAILED;
     if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (size_t)sb.st_size == len)
@@ -339,6 +387,8 @@ int sov_shared_attach(struct sov_conn *c, int fd)
     c->rec_fd = fd;
     c->rec_len = len;
     c->rec_seen = 0; /* load it at the first section */
+    c->early_len = 0;
+    early_to_record(c);
     return 0;
 }
 

@@ -13,7 +13,11 @@
  *  - concurrent_readers: parent and child read one stream at once; every
  *    byte goes to exactly one of them (count and sum of the bytes);
  *  - concurrent_writers: parent and child write 64-byte records at once;
- *    the server gets every record of each, whole and in each one's order.
+ *    the server gets every record of each, whole and in each one's order;
+ *  - early_writers: a client writes, forks, its child writes, the parent
+ *    writes again, all before the server accepts; the server reads the
+ *    three in that order (bytes held until the pairing are the
+ *    connection's, not one process's: the child's were lost before).
  * Every case is byte-exact and must stay carried. PRELOAD_TEST_KERNEL=1
  * checks the same expectations on kernel TCP.
  */
@@ -272,6 +276,59 @@ static void writers_client(struct p_role *r)
     SYS(close(fd));
 }
 
+/* ---- Bytes written before the server accepted ---------------------------------- */
+
+#define EARLY_PART 300
+
+static void early_server(struct p_role *r)
+{
+    CHECK_EQ(p_get_int(r), 1); /* all three parts written */
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    char got[3 * EARLY_PART], want[3 * EARLY_PART];
+    p_fill(want, sizeof want, 77);
+    p_read_all(fd, got, sizeof got);
+    for (int part = 0; part < 3; part++)
+        if (memcmp(got + part * EARLY_PART, want + part * EARLY_PART, EARLY_PART) != 0)
+            FAILF("part %d of the bytes written before the accept differs", part);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+}
+
+static void early_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    char data[3 * EARLY_PART];
+    p_fill(data, sizeof data, 77);
+    p_write_all(fd, data, EARLY_PART);
+    int to_parent[2], to_child[2];
+    SYS(pipe(to_parent));
+    SYS(pipe(to_child));
+    pid_t pid = fork_holder();
+    if (pid == 0) {
+        SYS(close(to_parent[0]));
+        SYS(close(to_child[1]));
+        p_write_all(fd, data + EARLY_PART, EARLY_PART);
+        p_write_all(to_parent[1], "x", 1);
+        char c;
+        CHECK_EQ(read(to_child[0], &c, 1), 1); /* stays a holder until the end */
+        exit(0);
+    }
+    SYS(close(to_parent[1]));
+    SYS(close(to_child[0]));
+    char c;
+    if (read(to_parent[0], &c, 1) != 1) {
+        wait_ok(pid); /* says how the child ended */
+        FAILF("the child ended before it wrote");
+    }
+    p_write_all(fd, data + 2 * EARLY_PART, EARLY_PART);
+    p_put_int(r, 1);
+    p_write_all(to_child[1], "y", 1);
+    wait_ok(pid);
+    SYS(shutdown(fd, SHUT_WR));
+    SYS(close(fd));
+}
+
 int main(void)
 {
     p_init("shared");
@@ -285,6 +342,7 @@ int main(void)
         p_case("split_directions", echo_server, split_client, P_CARRIED);
         p_case("concurrent_readers", record_server, readers_client, P_CARRIED);
         p_case("concurrent_writers", records_check_server, writers_client, P_CARRIED);
+        p_case("early_writers", early_server, early_client, P_CARRIED);
     }
     return p_done();
 }
