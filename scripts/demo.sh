@@ -6,7 +6,7 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 "$top/scripts/setup.sh"
-sovia="${SOVIA_BUILD:-$top/build}/src/tools/sovia/sovia"
+sovia="${SOVIA_BUILD:-$top/build}/bin/sovia"
 
 echo
 echo "== one-way latency, 4-byte messages, microseconds (lower is better) =="

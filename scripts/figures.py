@@ -14,7 +14,7 @@ import tempfile
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 S = os.path.join(os.environ.get("SOVIA_BUILD", os.path.join(TOP, "build")),
-                 "src/tools/sovia/sovia")
+                 "bin/sovia")
 R = sys.argv[1] if len(sys.argv) > 1 else "3"
 out = os.environ.get("SOVIA_FIGURES_OUT") or tempfile.mkdtemp(prefix="figures-")
 try:

@@ -29,10 +29,8 @@ def find(ctx, rel):
 
 
 def build_dir(sovia):
-    """<build> when sovia is <build>/src/tools/sovia/sovia."""
-    d = os.path.dirname(sovia)
-    for _ in range(3):
-        d = os.path.dirname(d)
+    """<build> when sovia is <build>/bin/sovia."""
+    d = os.path.dirname(os.path.dirname(sovia))
     return d if os.path.isfile(os.path.join(d, "CMakeCache.txt")) else None
 
 
