@@ -3,8 +3,8 @@
  * every other descriptor goes to libc untouched.
  */
 #include <errno.h>
-#include <stdint.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

@@ -6,10 +6,10 @@
 #ifndef SOVIA_PRELOAD_H
 #define SOVIA_PRELOAD_H
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/select.h>

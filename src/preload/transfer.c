@@ -100,8 +100,8 @@ static bool nonblocking(int fd, unsigned flags)
     return (flags & SPLICE_F_NONBLOCK) || (fcntl(fd, F_GETFL) & O_NONBLOCK);
 }
 
-/* Bytes the pipe can take now; 0 after waiting if it may block, or -1
- * (EAGAIN, EINTR). Reading no more than this from the socket keeps every
+/* Bytes the pipe can take now (waiting for room if it may block), or -1
+ * (EAGAIN, EPIPE, EINTR). Reading no more than this from the socket keeps every
  * byte taken either in the pipe or still in the socket. */
 static ssize_t pipe_room(int pipe, size_t want, unsigned flags)
 {
@@ -149,8 +149,8 @@ static ssize_t socket_to_pipe(int sock, int pipe, size_t len, unsigned flags)
     if (!buf)
         return -1;
     ssize_t room = pipe_room(pipe, len < CHUNK ? len : CHUNK, flags);
-    if (room <= 0)
-        return room;
+    if (room < 0)
+        return -1;
     ssize_t n = recv(sock, buf, (size_t)room, 0);
     if (n > 0)
         pipe_put(pipe, buf, (size_t)n);
@@ -188,16 +188,11 @@ PRELOAD_EXPORT ssize_t splice(int in, loff_t *in_off, int out, loff_t *out_off, 
     bool from_sock = carried(in), to_sock = carried(out);
     if (!from_sock && !to_sock)
         return real.splice(in, in_off, out, out_off, len, flags);
-    if ((from_sock && in_off) || (to_sock && out_off)) {
-        errno = ESPIPE;
-        return -1;
-    }
-    int other = from_sock ? out : in;
-    if ((from_sock && to_sock) || !is_pipe(other)) {
+    if ((from_sock && to_sock) || !is_pipe(from_sock ? out : in)) {
         errno = EINVAL; /* one end must be a pipe */
         return -1;
     }
-    if ((from_sock ? out_off : in_off) != NULL) {
+    if (in_off || out_off) { /* neither a socket nor a pipe has a position */
         errno = ESPIPE;
         return -1;
     }

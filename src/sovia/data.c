@@ -196,8 +196,6 @@ int sov_conn_wakeup(struct sov_conn *c, VIP_DESCRIPTOR *d)
     return repost(c, (unsigned)(d - c->rdesc));
 }
 
-/* Handles every completed receive of the socket's VI (SINGLE strategy; in
- * HANDLER and NOTIFY another thread does this). */
 /* HANDLER and NOTIFY take a connection over once it is established
  * (sov_conn_attach_handling); a sovia run connection awaiting its pairing
  * has nobody but its callers to see the peer's WAKEUP. (Shared connections
@@ -207,6 +205,8 @@ static bool handled_elsewhere(const struct sov_sock *s, const struct sov_conn *c
     return c->cfg.handling != SOV_SINGLE && !s->tp_waiting;
 }
 
+/* Handles every completed receive of the socket's VI (SINGLE strategy; in
+ * HANDLER and NOTIFY another thread does this). */
 int sov_progress(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;

@@ -77,12 +77,28 @@ static inline void sov_lock(sov_lock_t *l)
         sov_lock_slow(l);
 }
 
-static inline void sov_unlock(sov_lock_t *l)
+/* Counted as held only while held: a deferred signal is raised if it fails. */
+static inline void sov_locks_release(void)
 {
-    atomic_store_explicit(&l->held, false, memory_order_release);
     if (--sov_locks_held == 0 &&
         atomic_load_explicit(&sov_signals_deferred, memory_order_relaxed))
         sov_raise_deferred();
+}
+
+static inline void sov_unlock(sov_lock_t *l)
+{
+    atomic_store_explicit(&l->held, false, memory_order_release);
+    sov_locks_release();
+}
+
+/* The lock if it is free. */
+static inline bool sov_trylock(sov_lock_t *l)
+{
+    sov_locks_held++;
+    if (!atomic_exchange_explicit(&l->held, true, memory_order_acquire))
+        return true;
+    sov_locks_release();
+    return false;
 }
 
 /* ---- A connection -------------------------------------------------------- */
@@ -220,13 +236,8 @@ static inline void sov_sock_unlock(struct sov_sock *s)
 /* The lock if it is free (a timer must not wait on a busy socket). */
 static inline bool sov_sock_trylock(struct sov_sock *s)
 {
-    sov_locks_held++;
-    if (atomic_exchange_explicit(&s->lock.held, true, memory_order_acquire)) {
-        if (--sov_locks_held == 0 &&
-            atomic_load_explicit(&sov_signals_deferred, memory_order_relaxed))
-            sov_raise_deferred();
+    if (!sov_trylock(&s->lock))
         return false;
-    }
     if (__builtin_expect(s->conn && s->conn->rec, 0))
         sov_shared_enter(s);
     return true;

@@ -58,8 +58,8 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s);
 bool sov_tp_settle_wait(struct sov_sock **sp, int fd);
 
 /* A socket not paired yet (a client before the accept, a server before the
- * client's answer) takes up to one packet of bytes at once, as a kernel socket's send buffer would (caller holds the
- * lock). The bytes taken, -EAGAIN when it holds all it can, or 0 when the
+ * client's answer) takes up to one packet of bytes at once, as a kernel
+ * socket's send buffer would (caller holds the lock). The bytes taken, -EAGAIN when it holds all it can, or 0 when the
  * socket does not take early bytes. `whole` (a blocking send): all of
  * them or none, since a blocking send does not return short. */
 ssize_t sov_tp_send_early(struct sov_sock *s, const struct iovec *iov, int iovcnt, bool whole);

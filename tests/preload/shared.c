@@ -338,6 +338,7 @@ int main(void)
         p_case_skip("split_directions", "ASan: forked children start threads");
         p_case_skip("concurrent_readers", "ASan: forked children start threads");
         p_case_skip("concurrent_writers", "ASan: forked children start threads");
+        p_case_skip("early_writers", "ASan: forked children start threads");
     } else {
         p_case("split_directions", echo_server, split_client, P_CARRIED);
         p_case("concurrent_readers", record_server, readers_client, P_CARRIED);
