@@ -67,8 +67,10 @@ __attribute__((destructor)) static void write_exit_record(void)
     char line[512];
     int len = snprintf(line, sizeof(line),
                        "{\"pid\": %d, \"exe\": \"%s\", \"carried\": %u, \"fell_back\": %u, "
-                       "\"kernel\": %u, \"bytes_sent\": %llu, \"bytes_received\": %llu}\n",
-                       (int)getpid(), exe, carried, fell_back, kernel, sent, received);
+                       "\"kernel\": %u, \"redirected\": %u, \"bytes_sent\": %llu, "
+                       "\"bytes_received\": %llu}\n",
+                       (int)getpid(), exe, carried, fell_back, kernel,
+                       atomic_load(&sov_g.tp_redirected), sent, received);
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0)
         return;

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,8 +28,13 @@
 
 struct shadow {
     int fd;
-    bool inherited; /* from before a fork: the queue is the parent's */
+    bool inherited; /* from before a fork (or none): the queue is another's */
     struct sov_sock *l;
+    /* This process's listener for the clients the port's shadow listener,
+     * another process's, redirects to it (accepted_elsewhere); NULL until
+     * the first, and in a forked child (the parent's). */
+    struct sov_sock *ticketed;
+    uint32_t ticket;
     struct shadow *next;
 };
 
@@ -59,6 +65,8 @@ void listener_drop(int fd)
     pthread_mutex_unlock(&shadows_lock);
     if (h && !h->inherited) /* an inherited one's thread lives in the parent */
         sov_tp_unlisten(h->l);
+    if (h && h->ticketed)
+        sov_tp_unlisten(h->ticketed);
     free(h);
 }
 
@@ -68,7 +76,10 @@ void listeners_after_fork_child(void)
     for (struct shadow *h = shadows; h; h = h->next) {
         if (!h->inherited)
             sov_tp_listen_forked(h->l);
+        if (h->ticketed)
+            sov_tp_listen_forked(h->ticketed);
         h->inherited = true;
+        h->ticketed = NULL; /* the parent's memory: left alone */
     }
 }
 
@@ -211,7 +222,7 @@ PRELOAD_EXPORT int listen(int fd, int backlog)
     if (!h)
         return rc;
     h->fd = fd;
-    h->l = sov_tp_listen(fd, domain, (struct sockaddr *)&local, backlog);
+    h->l = sov_tp_listen(fd, domain, (struct sockaddr *)&local, backlog, 0);
     if (!h->l) { /* the port has a sovia listener elsewhere: kernel only */
         free(h);
         return rc;
@@ -224,38 +235,102 @@ PRELOAD_EXPORT int listen(int fd, int backlog)
     return rc;
 }
 
+/* The shadow entry for fd, made if there is none (caller holds
+ * shadows_lock); NULL without memory. */
+static struct shadow *shadow_entry(int fd)
+{
+    struct shadow *h = shadow_find(fd);
+    if (!h && (h = calloc(1, sizeof(*h))) != NULL) {
+        h->fd = fd;
+        h->inherited = true; /* no queue of ours */
+        h->next = shadows;
+        shadows = h;
+        atomic_fetch_add(&nshadows, 1);
+    }
+    return h;
+}
+
+/* A random ticket (never 0): nothing to guess from it, and two processes
+ * drawing the same one only find the address taken. */
+static uint32_t new_ticket(void)
+{
+    uint32_t t = 0;
+    while (!t && getrandom(&t, sizeof(t), 0) == sizeof(t))
+        t &= REDIRECT_TICKET_MAX;
+    return t;
+}
+
+/* This process's ticketed listener for the listening socket fd, started on
+ * first use; NULL if it cannot be. */
+static struct sov_sock *ticketed_listener(int fd, int domain, const struct sockaddr *local,
+                                          uint32_t *ticket)
+{
+    pthread_mutex_lock(&shadows_lock);
+    struct shadow *h = shadow_find(fd);
+    struct sov_sock *t = h ? h->ticketed : NULL;
+    *ticket = h ? h->ticket : 0;
+    pthread_mutex_unlock(&shadows_lock);
+    for (int tries = 0; !t && tries < 3; tries++) {
+        *ticket = new_ticket();
+        /* Not under shadows_lock: starting a listener closes descriptors. */
+        t = *ticket ? sov_tp_listen(fd, domain, local, SOMAXCONN, *ticket) : NULL;
+    }
+    if (!t)
+        return NULL;
+    pthread_mutex_lock(&shadows_lock);
+    h = shadow_entry(fd);
+    struct sov_sock *spare = NULL;
+    if (h && h->ticketed && h->ticketed != t) { /* a thread of ours was first */
+        spare = t;
+        t = h->ticketed;
+        *ticket = h->ticket;
+    } else if (h) {
+        h->ticketed = t;
+        h->ticket = *ticket;
+    } else {
+        spare = t;
+        t = NULL;
+    }
+    pthread_mutex_unlock(&shadows_lock);
+    if (spare)
+        sov_tp_unlisten(spare);
+    return t;
+}
+
 /*
  * accept() on a listening socket whose shadow listener is not this
  * process's: inherited over fork (a prefork server's workers, a daemon
  * whose parent listened and exited) or exec (inetd), or a port another
  * process shadows (SO_REUSEPORT). The client queued its VI with that
- * listener, which can never pair it: a claim makes it let go, so the
- * client falls back to this kernel connection now, not at its pairing
- * timeout. If nobody shadows the port any more, this process starts its
- * own shadow listener, and the connections that follow are carried.
+ * listener, which cannot pair it: a claim makes it redirect the client to
+ * this process's ticketed listener, which pairs it as accept() does. If
+ * nobody shadows the port any more, this process starts its own shadow
+ * listener, and the connections that follow are carried the usual way.
  */
-static void accepted_elsewhere(int fd, int nfd)
+static void accepted_elsewhere(int fd, int nfd, const struct sockaddr *peer, bool nonblock)
 {
     int domain;
     struct sockaddr_storage local;
     socklen_t len = sizeof(local);
-    if (!tcp_stream(fd, &domain) || getsockname(fd, (struct sockaddr *)&local, &len) != 0 ||
-        sov_tp_claim(nfd, (struct sockaddr *)&local) != -ECONNREFUSED)
+    if (!tcp_stream(fd, &domain) || getsockname(fd, (struct sockaddr *)&local, &len) != 0)
         return;
-    /* Not under shadows_lock: starting a listener closes descriptors. */
-    struct sov_sock *l = sov_tp_listen(fd, domain, (struct sockaddr *)&local, SOMAXCONN);
+    uint32_t ticket = 0;
+    struct sov_sock *t = ticketed_listener(fd, domain, (struct sockaddr *)&local, &ticket);
+    int rc = sov_tp_claim(nfd, (struct sockaddr *)&local, t ? ticket : 0);
+    if (rc == 1) {
+        if (sov_tp_accept(t, nfd, peer, nonblock, true) != 0)
+            atomic_fetch_add(&sov_g.tp_kernel, 1);
+        return;
+    }
+    if (rc != -ECONNREFUSED)
+        return;
+    struct sov_sock *l = sov_tp_listen(fd, domain, (struct sockaddr *)&local, SOMAXCONN, 0);
     if (!l) /* another process (or thread) was first */
         return;
     pthread_mutex_lock(&shadows_lock);
-    struct shadow *h = shadow_find(fd);
-    if (!h && (h = calloc(1, sizeof(*h))) != NULL) {
-        h->fd = fd;
-        h->next = shadows;
-        shadows = h;
-        atomic_fetch_add(&nshadows, 1);
-    } else if (h && !h->inherited) {
+    struct shadow *h = shadow_entry(fd);
+    if (h && !h->inherited)
         h = NULL; /* a thread of ours was first */
-    }
     if (h) { /* an inherited copy is the parent's memory: left alone */
         h->l = l;
         h->inherited = false;
@@ -315,8 +390,8 @@ PRELOAD_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, in
         pthread_mutex_unlock(&shadows_lock);
     }
     if (!l)
-        accepted_elsewhere(fd, nfd);
-    else if (sov_tp_accept(l, nfd, (struct sockaddr *)&peer, flags & SOCK_NONBLOCK) != 0)
+        accepted_elsewhere(fd, nfd, (struct sockaddr *)&peer, flags & SOCK_NONBLOCK);
+    else if (sov_tp_accept(l, nfd, (struct sockaddr *)&peer, flags & SOCK_NONBLOCK, false) != 0)
         atomic_fetch_add(&sov_g.tp_kernel, 1);
     errno = saved;
     return nfd;

@@ -18,6 +18,7 @@
 #include "sock.h"
 
 #define DISC_PREFIX "sovia"
+#define DISC_LEN (sizeof(DISC_PREFIX) - 1 + 2) /* prefix, port */
 #define EPHEMERAL_LO 49152
 #define EPHEMERAL_HI 65535
 
@@ -52,9 +53,10 @@ void sov_addr_set_port(struct sockaddr_storage *a, uint16_t port)
 }
 
 /* The VI address of a socket address (malloc'd; free()). An unspecified
- * host (0.0.0.0, ::) becomes loopback: only this host is reachable. `kind`
- * 0: the socket's own; else one more discriminator byte (CLAIM_MARK). */
-static VIP_NET_ADDRESS *vi_address(const struct sockaddr *a, uint8_t kind)
+ * host (0.0.0.0, ::) becomes loopback: only this host is reachable. The
+ * discriminator is "sovia" + the port; `kind` 0 is the socket's own, else
+ * one more byte (CLAIM_MARK, TICKET_MARK), then the ticket if nonzero. */
+static VIP_NET_ADDRESS *vi_address(const struct sockaddr *a, uint8_t kind, uint32_t ticket)
 {
     uint8_t host[16];
     uint16_t hlen;
@@ -71,32 +73,52 @@ static VIP_NET_ADDRESS *vi_address(const struct sockaddr *a, uint8_t kind)
         memcpy(host, &in6, 16);
         hlen = 16;
     }
-    uint8_t disc[sizeof(DISC_PREFIX) - 1 + 3];
+    uint8_t disc[DISC_LEN + 1 + sizeof(ticket)];
     uint16_t port = htons(sov_addr_port(a));
     memcpy(disc, DISC_PREFIX, sizeof(DISC_PREFIX) - 1);
     memcpy(disc + sizeof(DISC_PREFIX) - 1, &port, 2);
-    disc[sizeof(disc) - 1] = kind;
-    return VipxAllocNetAddress(host, hlen, disc, (uint16_t)(sizeof(disc) - (kind ? 0 : 1)));
+    uint16_t len = DISC_LEN;
+    if (kind) {
+        disc[len++] = kind;
+        if (ticket) {
+            memcpy(disc + len, &ticket, sizeof(ticket));
+            len += sizeof(ticket);
+        }
+    }
+    return VipxAllocNetAddress(host, hlen, disc, len);
 }
 
 VIP_NET_ADDRESS *sov_vi_address(const struct sockaddr *a)
 {
-    return vi_address(a, 0);
+    return vi_address(a, 0, 0);
 }
 
 #define CLAIM_MARK 'C'
+#define TICKET_MARK 'T'
 
-VIP_NET_ADDRESS *sov_vi_claim_address(const struct sockaddr *a)
+VIP_NET_ADDRESS *sov_vi_claim_address(const struct sockaddr *a, uint32_t ticket)
 {
-    return vi_address(a, CLAIM_MARK);
+    return vi_address(a, CLAIM_MARK, ticket);
 }
 
-bool sov_vi_is_claim(const VIP_NET_ADDRESS *va)
+VIP_NET_ADDRESS *sov_vi_ticket_address(const struct sockaddr *a, uint32_t ticket)
+{
+    return vi_address(a, TICKET_MARK, ticket);
+}
+
+/* The requester names its own address: a claim's ticket is only as good as
+ * the claimant (the client it redirects checks the token it is given). */
+bool sov_vi_is_claim(const VIP_NET_ADDRESS *va, uint32_t *ticket)
 {
     const uint8_t *disc = va->HostAddress + va->HostAddressLen;
-    return va->DiscriminatorLen == sizeof(DISC_PREFIX) - 1 + 3 &&
-           !memcmp(disc, DISC_PREFIX, sizeof(DISC_PREFIX) - 1) &&
-           disc[va->DiscriminatorLen - 1] == CLAIM_MARK;
+    uint16_t len = va->DiscriminatorLen;
+    if ((len != DISC_LEN + 1 && len != DISC_LEN + 1 + sizeof(*ticket)) ||
+        memcmp(disc, DISC_PREFIX, sizeof(DISC_PREFIX) - 1) != 0 || disc[DISC_LEN] != CLAIM_MARK)
+        return false;
+    *ticket = 0;
+    if (len > DISC_LEN + 1)
+        memcpy(ticket, disc + DISC_LEN + 1, sizeof(*ticket));
+    return true;
 }
 
 /* A peer's VI address (from VipConnectWait) back into a socket address. */
@@ -104,7 +126,7 @@ int sov_sockaddr_from_vi(const VIP_NET_ADDRESS *va, int domain, struct sockaddr_
                          socklen_t *len)
 {
     const uint8_t *disc = va->HostAddress + va->HostAddressLen;
-    if (va->DiscriminatorLen != sizeof(DISC_PREFIX) - 1 + 2 ||
+    if (va->DiscriminatorLen != DISC_LEN ||
         memcmp(disc, DISC_PREFIX, sizeof(DISC_PREFIX) - 1) != 0)
         return -EPROTO;
     uint16_t port;

@@ -174,7 +174,7 @@ SOV_EXPORT int sov_listen(int fd, int backlog)
         s->bound = err == 0;
     }
     if (!err)
-        err = sov_listen_start(s, backlog <= 0 ? 1 : backlog, false);
+        err = sov_listen_start(s, backlog <= 0 ? 1 : backlog, false, 0);
     sov_release(s);
     return err ? fail(err) : 0;
 }

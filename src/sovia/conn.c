@@ -257,10 +257,21 @@ int sov_conn_lost(struct sov_conn *c)
     return c->reset ? -ECONNRESET : -EPIPE;
 }
 
-/* Sends one packet and reaps its completion. Every packet carries the
- * acknowledgements owed (piggybacking). 0 or -ECONNRESET. */
-int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,
-                    VIP_MEM_HANDLE mh)
+/* The packet's immediate data: its type and the acknowledgements owed
+ * (piggybacking), or a WAKEUP's window, or a REDIRECT's ticket. */
+static uint32_t packet_imm(const struct sov_conn *c, enum sov_pkt type, uint32_t ticket)
+{
+    if (type == PKT_WAKEUP)
+        return (uint32_t)PKT_WAKEUP | c->cfg.window << WAKEUP_WINDOW_SHIFT |
+               (c->nrecv - c->cfg.window - 2) << WAKEUP_SLOTS_SHIFT;
+    if (type == PKT_REDIRECT)
+        return (uint32_t)PKT_REDIRECT | ticket << REDIRECT_TICKET_SHIFT;
+    return pkt_imm(type, c->to_ack);
+}
+
+/* Sends one packet and reaps its completion. 0 or -ECONNRESET. */
+static int post(struct sov_conn *c, enum sov_pkt type, uint32_t ticket, const void *data,
+                uint32_t len, VIP_MEM_HANDLE mh)
 {
     /* Completed sends are dequeued lazily, when their slot comes round. */
     VIP_DESCRIPTOR *done;
@@ -271,16 +282,13 @@ int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uin
             __builtin_ia32_pause();
     }
     VIP_DESCRIPTOR *d = &c->sdesc[c->s_next++ % c->nsend];
-    uint32_t acks = type == PKT_WAKEUP ? 0 : c->to_ack;
+    bool acking = type != PKT_WAKEUP && type != PKT_REDIRECT;
+    uint32_t acks = acking ? c->to_ack : 0;
     d->CS.Status = 0;
     d->CS.Length = 0;
     d->CS.Reserved = 0;
     d->CS.Control = VIP_CONTROL_OP_SENDRECV | VIP_CONTROL_IMMEDIATE;
-    d->CS.ImmediateData = pkt_imm(type, acks);
-    if (type == PKT_WAKEUP)
-        d->CS.ImmediateData = (uint32_t)PKT_WAKEUP |
-                              c->cfg.window << WAKEUP_WINDOW_SHIFT |
-                              (c->nrecv - c->cfg.window - 2) << WAKEUP_SLOTS_SHIFT;
+    d->CS.ImmediateData = packet_imm(c, type, ticket);
     d->CS.SegCount = len ? 1 : 0;
     if (len) {
         d->DS[0].Local.Data.Address = (void *)data;
@@ -296,13 +304,19 @@ int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uin
         __builtin_ia32_pause();
     if (d->CS.Status & VIP_STATUS_ERROR_MASK)
         return sov_conn_lost(c);
-    if (type != PKT_WAKEUP)
+    if (acking)
         c->to_ack = 0;
     if (acks && type == PKT_DATA)
         c->stats.acks_piggybacked += acks;
     if (type == PKT_ACK)
         c->stats.ack_packets_sent++;
     return 0;
+}
+
+int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,
+                    VIP_MEM_HANDLE mh)
+{
+    return post(c, type, 0, data, len, mh);
 }
 
 int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type)
@@ -584,14 +598,34 @@ static unsigned queue_slice(struct sov_listener *l)
  * sovia run: another process of ours (a forked child, a program exec'd
  * with the listening socket) accepted one of this port's kernel
  * connections and sent its end of it as the token of a claim. The VI that
- * connection's client queued here can never be paired: it goes now, so the
- * client falls back at once instead of at its pairing timeout. Refusing the
- * claim, after that, is the answer the claimant waits for. Only the holder
- * of the connection's server end can name its VI (token_matches).
+ * connection's client queued here can never be paired here: it goes now.
+ * With a ticket, the claimant takes the client instead: a REDIRECT names
+ * the ticket first, and the client reconnects to the claimant's ticket
+ * address (docs/ARCHITECTURE.md, step 6); accepting the claim says so.
+ * Otherwise (no ticket, nothing queued) refusing it is the answer, and a
+ * client whose VI went falls back at once instead of at its pairing
+ * timeout. Only the holder of the connection's server end can name its VI
+ * (token_matches).
  */
 static bool token_matches(int token, int fd);
 
-static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch)
+/* The claimant waits for "redirected" (an accepted request): a VI of no
+ * use but to accept with. */
+static void accept_claim(VIP_CONN_HANDLE ch)
+{
+    VIP_VI_ATTRIBUTES va = conn_attrs(&sov_g.cfg);
+    VIPX_VI_CONFIG vc = {.QueueDepth = 1, .StagingBytes = 64};
+    VIP_VI_HANDLE vi = NULL;
+    if (VipxCreateVi(sov_g.nic, &va, NULL, NULL, &vc, &vi) != VIP_SUCCESS) {
+        VipConnectReject(ch); /* the client meets its pairing timeout */
+        return;
+    }
+    if (VipConnectAccept(ch, vi) == VIP_SUCCESS)
+        VipDisconnect(vi);
+    VipDestroyVi(vi);
+}
+
+static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch, uint32_t ticket)
 {
     int token = -1;
     VipxConnToken(ch, &token);
@@ -609,11 +643,17 @@ static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch)
         }
         pthread_mutex_unlock(&l->s->wait_lock);
     }
+    /* The client handles the REDIRECT before it sees its VI go. */
+    bool redirected = taken.conn && ticket && ticket <= REDIRECT_TICKET_MAX &&
+                      post(taken.conn, PKT_REDIRECT, ticket, NULL, 0, 0) == 0;
     if (taken.conn)
-        pending_drop(&taken); /* the client sees its VI go */
+        pending_drop(&taken);
     if (token >= 0)
         VipxFdClose(token);
-    VipConnectReject(ch);
+    if (redirected)
+        accept_claim(ch);
+    else
+        VipConnectReject(ch);
 }
 
 static void *connection_thread(void *arg)
@@ -642,8 +682,9 @@ static void *connection_thread(void *arg)
                 prune_broken(l);
             continue;
         }
-        if (l->transparent && sov_vi_is_claim(remote)) {
-            serve_claim(l, ch);
+        uint32_t ticket;
+        if (l->transparent && sov_vi_is_claim(remote, &ticket)) {
+            serve_claim(l, ch, ticket);
             settle(l, est, &nest);
             continue;
         }
@@ -701,7 +742,7 @@ static void listener_free(struct sov_listener *l)
 }
 
 /* Caller holds s->lock. */
-int sov_listen_start(struct sov_sock *s, int backlog, bool transparent)
+int sov_listen_start(struct sov_sock *s, int backlog, bool transparent, uint32_t ticket)
 {
     struct sov_listener *l = calloc(1, sizeof(*l));
     if (!l)
@@ -713,7 +754,8 @@ int sov_listen_start(struct sov_sock *s, int backlog, bool transparent)
     l->cap = backlog < 1 ? 1 : backlog > 4096 ? 4096 : (unsigned)backlog;
     l->q = calloc(l->cap, sizeof(*l->q));
     l->est = calloc(l->cap, sizeof(*l->est));
-    l->addr = sov_vi_address((struct sockaddr *)&s->local);
+    l->addr = ticket ? sov_vi_ticket_address((struct sockaddr *)&s->local, ticket)
+                     : sov_vi_address((struct sockaddr *)&s->local);
     l->remote = calloc(1, sizeof(VIP_NET_ADDRESS) + 16 + 64);
     l->owner = getpid();
     if (!l->q || !l->est || !l->addr || !l->remote) {
@@ -839,9 +881,10 @@ struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *pe
  * address, so the server can match it) that stays tentative until the
  * server's accept() pairs it and sends its WAKEUP. 0 or -errno. */
 int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *local,
-                          const struct sockaddr *peer)
+                          const struct sockaddr *peer, uint32_t ticket)
 {
-    VIP_NET_ADDRESS *la = sov_vi_address(local), *ra_addr = sov_vi_address(peer);
+    VIP_NET_ADDRESS *la = sov_vi_address(local);
+    VIP_NET_ADDRESS *ra_addr = ticket ? sov_vi_ticket_address(peer, ticket) : sov_vi_address(peer);
     int err = -ENOMEM;
     /* The kernel socket goes with the request: the server's accept()
      * pairs the VI only with that socket's connection (sov_accept_match). */
@@ -916,8 +959,10 @@ static bool token_matches(int token, int fd)
  * sent the kernel socket of `fd`'s connection, pairs it (our WAKEUP, then
  * the client's) and returns it; NULL when the client does not run sovia or
  * gave up. A queued VI from the same port that did not send that socket
- * claims a connection that is not its own: it goes. */
-struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct sockaddr *peer)
+ * claims a connection that is not its own: it goes. A redirected client
+ * (patience_ns) is still on its way: its VI may not even be arriving yet. */
+struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct sockaddr *peer,
+                                  uint64_t patience_ns)
 {
     uint16_t port = sov_addr_port(peer);
     struct sov_conn *c = NULL;
@@ -925,7 +970,7 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
     struct sov_listener *l = s->lst;
     /* The client connects its VI before its kernel socket, so its entry is
      * queued or being queued by the connection thread right now. */
-    uint64_t end = sov_now_ns() + 100000000u;
+    uint64_t start = sov_now_ns(), end = start + 100000000u;
     while (l && !c) {
         for (unsigned i = 0; i < l->count; i++) {
             struct pending *p = &l->q[(l->head + i) % l->cap];
@@ -942,7 +987,9 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
             c = taken.conn;
             break;
         }
-        if (c || l->establishing_port != port || sov_now_ns() > end)
+        uint64_t now = sov_now_ns();
+        bool arriving = l->establishing_port == port || now - start < patience_ns;
+        if (c || !arriving || now > end)
             break;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -967,18 +1014,19 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
 }
 
 /* The claimant (see serve_claim): `fd` was accepted on a socket listening
- * at `listening`, whose shadow listener another process runs. 0 when that
- * process answered (the client, if it queued a VI there, falls back now);
+ * at `listening`, whose shadow listener another process runs. 1 when that
+ * process redirected the client to our `ticket` (0: none wanted); 0 when it
+ * answered otherwise (the client, if it queued a VI there, falls back now);
  * -ECONNREFUSED when nobody listens there any more (that process went);
  * another -errno when no answer came in time. The claim's own VI carries
  * no data: no arena, no posted receive. */
-int sov_claim(int fd, const struct sockaddr *listening)
+int sov_claim(int fd, const struct sockaddr *listening, uint32_t ticket)
 {
     struct sockaddr_storage own;
     socklen_t len = sizeof(own);
     if (getsockname(fd, (struct sockaddr *)&own, &len) != 0)
         return -errno;
-    VIP_NET_ADDRESS *from = sov_vi_claim_address((struct sockaddr *)&own);
+    VIP_NET_ADDRESS *from = sov_vi_claim_address((struct sockaddr *)&own, ticket);
     VIP_NET_ADDRESS *to = sov_vi_address(listening);
     VIP_VI_ATTRIBUTES va = conn_attrs(&sov_g.cfg);
     VIPX_VI_CONFIG vc = {.QueueDepth = 1, .StagingBytes = 64};
@@ -989,9 +1037,9 @@ int sov_claim(int fd, const struct sockaddr *listening)
         VIP_VI_ATTRIBUTES ra;
         VIP_RETURN r = VipConnectRequest(vi, from, to, 200, &ra);
         err = r == VIP_REJECT ? 0 : r == VIP_NO_MATCH ? -ECONNREFUSED : map_connect_error(r);
-        if (r == VIP_SUCCESS) { /* not a sovia listener's answer */
+        if (r == VIP_SUCCESS) { /* accept_claim: the client comes to us */
             VipDisconnect(vi);
-            err = -EPROTO;
+            err = ticket ? 1 : -EPROTO;
         }
     }
     if (vi)

@@ -121,6 +121,19 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
         }
         return;
     }
+    if (type == PKT_REDIRECT) {
+        /* sovia run: from the listening process, to a client it has not
+         * paired, once (a chain of them could keep it hopping for ever). A
+         * shared connection cannot follow it (its holders would part
+         * ways): the VI goes and its pairing falls back. */
+        uint32_t ticket = imm >> REDIRECT_TICKET_SHIFT;
+        if (!c->tentative || c->peer_window || c->redirect || c->redirected || !ticket ||
+            d->CS.Length)
+            sov_conn_abort(c);
+        else if (!c->rec)
+            c->redirect = ticket;
+        return;
+    }
     /* The peer can only acknowledge what we sent, and leaves the reserved
      * bits zero: anything else is a protocol violation, and fails this
      * connection only. */

@@ -32,6 +32,7 @@ enum sov_pkt {
     PKT_WAKEUP = 3,
     PKT_FIN = 4,
     PKT_FINACK = 5,
+    PKT_REDIRECT = 6, /* sovia run: a ticket in bits 3-31 (docs/PROTOCOL.md) */
 };
 
 #define PKT_TYPE_MASK 0x7u
@@ -49,6 +50,10 @@ static inline uint32_t pkt_imm(enum sov_pkt type, uint32_t acks)
 #define WAKEUP_SLOTS_SHIFT 20
 #define WAKEUP_FIELD_MASK 0xfffu
 #define WAKEUP_RESERVED_MASK 0xf8u /* bits 3-7 */
+
+/* REDIRECT: the process that accepted the kernel connection (its pid) */
+#define REDIRECT_TICKET_SHIFT 3
+#define REDIRECT_TICKET_MAX 0x1fffffffu
 
 /* ---- A spinlock for the data path ---------------------------------------- */
 
@@ -164,6 +169,11 @@ struct sov_conn {
      * to pair it with the kernel connection (docs/ARCHITECTURE.md). */
     bool tentative;
     uint64_t tentative_since_ns;
+    /* sovia run: the listening process says another of its processes
+     * accepted our kernel connection; reconnect to that one (its ticket).
+     * Once: a connection made by following one takes no other. */
+    uint32_t redirect;
+    bool redirected;
     struct sov_stats stats;
 };
 
@@ -270,7 +280,7 @@ struct sov_global {
     pid_t pid; /* this process (a vfork child sees another pid) */
     /* Totals for `sovia run`'s exit record (SOVIA_STAT_LOG). */
     atomic_ullong bytes_sent, bytes_received; /* of destroyed connections */
-    atomic_uint tp_paired, tp_fell_back, tp_kernel;
+    atomic_uint tp_paired, tp_fell_back, tp_kernel, tp_redirected;
 };
 
 extern struct sov_global sov_g;
@@ -329,9 +339,12 @@ uint16_t sov_addr_port(const struct sockaddr *a);
 bool sov_addr_is_local(const struct sockaddr *a, socklen_t len);
 void sov_addr_set_port(struct sockaddr_storage *a, uint16_t port);
 VIP_NET_ADDRESS *sov_vi_address(const struct sockaddr *a);
-/* sovia run: the address a claim comes from (see sov_claim), and the test. */
-VIP_NET_ADDRESS *sov_vi_claim_address(const struct sockaddr *a);
-bool sov_vi_is_claim(const VIP_NET_ADDRESS *va);
+/* sovia run: the address a claim comes from (see sov_claim) and the test,
+ * which gives the claimant's ticket (0: none). A ticket's address is where
+ * that claimant takes the client it redirects (REDIRECT). */
+VIP_NET_ADDRESS *sov_vi_claim_address(const struct sockaddr *a, uint32_t ticket);
+bool sov_vi_is_claim(const VIP_NET_ADDRESS *va, uint32_t *ticket);
+VIP_NET_ADDRESS *sov_vi_ticket_address(const struct sockaddr *a, uint32_t ticket);
 int sov_sockaddr_from_vi(const VIP_NET_ADDRESS *va, int domain, struct sockaddr_storage *out,
                          socklen_t *len);
 int sov_reserve_port(struct sov_sock *s, uint16_t port); /* 0 = any free port */
@@ -357,11 +370,15 @@ void sov_shared_forked(void); /* after fork, in both processes */
 int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,
                     VIP_MEM_HANDLE mh);
 int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);
-int sov_listen_start(struct sov_sock *s, int backlog, bool transparent);
+/* ticket: 0, or listen at that ticket's address of s->local (sovia run). */
+int sov_listen_start(struct sov_sock *s, int backlog, bool transparent, uint32_t ticket);
+/* To `peer`'s own address, or its ticket's (sovia run's REDIRECT). */
 int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *local,
-                          const struct sockaddr *peer);
-struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct sockaddr *peer);
-int sov_claim(int fd, const struct sockaddr *listening);
+                          const struct sockaddr *peer, uint32_t ticket);
+/* patience_ns: how long to wait for a VI that is not even arriving yet. */
+struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct sockaddr *peer,
+                                  uint64_t patience_ns);
+int sov_claim(int fd, const struct sockaddr *listening, uint32_t ticket);
 void sov_listen_stop(struct sov_sock *s);
 void sov_listen_forked(struct sov_sock *s);
 struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *peer,

@@ -52,7 +52,7 @@ int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struc
         return -ENOMEM;
     s->gen++;
     struct sov_conn *c = sov_conn_create(&s->cfg, &err);
-    if (c && (err = sov_connect_tentative(c, fd, local, peer)) != 0) {
+    if (c && (err = sov_connect_tentative(c, fd, local, peer, 0)) != 0) {
         sov_conn_destroy(c);
         c = NULL;
     }
@@ -124,7 +124,8 @@ int sov_tp_publish_client(struct sov_sock *s)
     return publish(s);
 }
 
-struct sov_sock *sov_tp_listen(int fd, int domain, const struct sockaddr *local, int backlog)
+struct sov_sock *sov_tp_listen(int fd, int domain, const struct sockaddr *local, int backlog,
+                               uint32_t ticket)
 {
     if (sov_init() != 0)
         return NULL;
@@ -136,7 +137,7 @@ struct sov_sock *sov_tp_listen(int fd, int domain, const struct sockaddr *local,
     sov_copy_addr((const struct sockaddr_storage *)local,
                   domain == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6),
                   (struct sockaddr *)&s->local, &s->local_len);
-    if (sov_listen_start(s, backlog < 16 ? 16 : backlog, true) != 0) {
+    if (sov_listen_start(s, backlog < 16 ? 16 : backlog, true, ticket) != 0) {
         sov_sock_free(s);
         return NULL;
     }
@@ -158,9 +159,14 @@ void sov_tp_listen_forked(struct sov_sock *l)
     sov_listen_forked(l);
 }
 
-int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool nonblock)
+/* A redirected client reacts in microseconds when it is in a sovia call,
+ * within a millisecond through its service thread (close.c). */
+#define REDIRECT_PATIENCE_NS 50000000u
+
+int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool nonblock,
+                  bool redirected)
 {
-    struct sov_conn *c = sov_accept_match(l, fd, peer);
+    struct sov_conn *c = sov_accept_match(l, fd, peer, redirected ? REDIRECT_PATIENCE_NS : 0);
     if (!c)
         return -ENOENT;
     struct sov_sock *s = sov_sock_adopt(fd, l->domain, nonblock);
@@ -184,10 +190,10 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
     return 0;
 }
 
-int sov_tp_claim(int fd, const struct sockaddr *listening)
+int sov_tp_claim(int fd, const struct sockaddr *listening, uint32_t ticket)
 {
     int err = sov_init();
-    return err ? err : sov_claim(fd, listening);
+    return err ? err : sov_claim(fd, listening, ticket);
 }
 
 static void fall_back(struct sov_sock *s);
@@ -260,6 +266,7 @@ static void send_early(struct sov_sock *s)
 
 static void write_kernel(struct sov_sock *s);
 static bool kernel_spoke(const struct sov_sock *s, bool server);
+static int follow_redirect(struct sov_sock *s);
 
 /* 100 us with the socket's lock released (the client's answer comes from
  * another process; its own thread, or ours, may need the lock meanwhile). */
@@ -281,6 +288,8 @@ void sov_tp_close_settle(struct sov_sock *s, bool abortive)
     uint64_t end = sov_now_ns() + CLOSE_ANSWER_NS;
     for (;;) {
         sov_progress(s);
+        if (s->conn->redirect) /* failed: the VI it leaves resets */
+            follow_redirect(s);
         struct sov_conn *c = s->conn;
         if (c->peer_window && !c->tentative && !c->reset) {
             send_early(s);
@@ -336,6 +345,41 @@ static bool kernel_spoke(const struct sov_sock *s, bool server)
     return syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0;
 }
 
+/* The listening process redirected us (REDIRECT): another of its
+ * processes accepted our kernel connection. A VI to that one, from our
+ * address and with our kernel socket as the token again; the bytes held
+ * move over, and the pairing starts afresh. Caller holds s->lock. */
+static int follow_redirect(struct sov_sock *s)
+{
+    struct sov_conn *old = s->conn;
+    uint32_t ticket = old->redirect;
+    old->redirect = 0; /* once */
+    struct sockaddr_storage local, peer;
+    socklen_t llen = sizeof(local), plen = sizeof(peer);
+    if (getsockname(s->fd, (struct sockaddr *)&local, &llen) != 0 ||
+        getpeername(s->fd, (struct sockaddr *)&peer, &plen) != 0)
+        return -errno;
+    int err;
+    struct sov_conn *c = sov_conn_create(&s->cfg, &err);
+    if (!c)
+        return err;
+    err = sov_connect_tentative(c, s->fd, (struct sockaddr *)&local, (struct sockaddr *)&peer,
+                                ticket);
+    if (err) {
+        sov_conn_destroy(c);
+        return err;
+    }
+    c->redirected = true;
+    c->early = old->early;
+    c->early_len = old->early_len;
+    old->early = NULL;
+    old->early_len = 0;
+    s->conn = c; /* under the lock: see detach_conn */
+    sov_conn_destroy(old);
+    atomic_fetch_add(&sov_g.tp_redirected, 1);
+    return 0;
+}
+
 /* Caller holds s->lock. Paired once the peer's WAKEUP opened our window
  * (and, on the client, ours answered it). */
 enum sov_tp_state sov_tp_settle(struct sov_sock *s)
@@ -357,6 +401,12 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
      * socket wins over what we saw there. */
     for (int look = 0;; look++) {
         sov_progress(s);
+        if (c->redirect) {
+            if (follow_redirect(s) == 0)
+                return SOV_TP_PENDING;
+            fall_back(s);
+            return SOV_TP_FELL_BACK;
+        }
         if (c->peer_window && !c->tentative && !c->reset) {
             s->tp_waiting = false;
             atomic_fetch_add(&sov_g.tp_paired, 1);

@@ -26,22 +26,29 @@ int sov_tp_publish_client(struct sov_sock *s);
 void sov_tp_discard(struct sov_sock *s);
 
 /* Server: a shadow listener for a listening kernel socket (NULL if sovia
- * cannot listen on that port); accept() pairs through it. */
-struct sov_sock *sov_tp_listen(int fd, int domain, const struct sockaddr *local, int backlog);
+ * cannot listen on that port); accept() pairs through it. With a ticket,
+ * the listener where this process takes the clients the port's shadow
+ * listener redirects to it (see sov_tp_claim). */
+struct sov_sock *sov_tp_listen(int fd, int domain, const struct sockaddr *local, int backlog,
+                               uint32_t ticket);
 void sov_tp_unlisten(struct sov_sock *l);
 /* In a forked child: lets go of the child's copies of what the parent's
  * queue holds (the clients' kernel sockets sent with their VIs). */
 void sov_tp_listen_forked(struct sov_sock *l);
 /* Pairs the accepted kernel socket `fd` with its client's VI; -ENOENT when
- * the client does not run sovia. */
-int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool nonblock);
+ * the client does not run sovia. `redirected`: sov_tp_claim said the
+ * client is on its way to l (waits for it a little). */
+int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool nonblock,
+                  bool redirected);
 /* `fd` was accepted on a socket listening at `listening` whose shadow
  * listener is another process's (inherited over fork or exec, or a port
  * shared with SO_REUSEPORT): that process lets go of the VI the client
- * queued there, and the client falls back to the kernel connection at once.
- * 0 when it answered; -ECONNREFUSED when nobody shadows the port (the
- * caller may start its own shadow listener); another -errno otherwise. */
-int sov_tp_claim(int fd, const struct sockaddr *listening);
+ * queued there. 1: it sent the client to this process's listener for
+ * `ticket` (0: none); 0: it answered otherwise (the client falls back to
+ * the kernel connection at once); -ECONNREFUSED when nobody shadows the
+ * port (the caller may start its own shadow listener); another -errno
+ * otherwise. */
+int sov_tp_claim(int fd, const struct sockaddr *listening, uint32_t ticket);
 
 /* Where a connection stands (caller holds the socket's lock; PAIRED at
  * once unless it awaits pairing). SOV_TP_FELL_BACK: the socket was

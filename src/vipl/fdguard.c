@@ -278,10 +278,12 @@ int vipl_fd_pidfd(pid_t pid)
     return adopted((int)syscall(SYS_pidfd_open, pid, 0));
 }
 
+/* The system call itself: a preload's fcntl would take a copy of a socket
+ * it carries (a connect token) for one more name of that socket. */
 int vipl_fd_dup(int fd)
 {
     VipxFdCreateBegin();
-    return adopted(fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    return adopted((int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 0));
 }
 
 ssize_t vipl_fd_recvmsg(int sock, struct msghdr *mh, int flags)

@@ -125,6 +125,8 @@ static const struct scenario scenarios[] = {
     {"baseline", sc_baseline, XP_OK, NULL, {0}},
     {"type_0", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(0, 0), 0}},
     {"type_6", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(6, 0), 0}},
+    /* REDIRECT (a ticket) is for a `sovia run` client before its pairing only. */
+    {"redirect_to_server", hs_sc_packet, XP_BREAK, NULL, {6u | 12345u << 3, 0}},
     {"type_7_payload", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(7, 0), 10}},
     {"ack_count_over", hs_sc_packet, XP_BREAK, NULL, {HS_ACK, UINT32_MAX}},
     {"data_acks_max", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(HS_DATA, 0xffff), 10}},

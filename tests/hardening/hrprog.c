@@ -66,12 +66,13 @@ struct hr_stat hr_stat_of(int log, pid_t pid)
     snprintf(key, sizeof key, "{\"pid\": %d,", (int)pid);
     const char *line = strstr(buf, key);
     CHECK_MSG(line, "no SOVIA_STAT_LOG record of pid %d in: %s", (int)pid, buf);
-    const char *names[3] = {"\"carried\": ", "\"fell_back\": ", "\"kernel\": "};
-    unsigned v[3];
-    for (int i = 0; i < 3; i++) {
+    const char *names[4] = {"\"carried\": ", "\"fell_back\": ", "\"kernel\": ",
+                            "\"redirected\": "};
+    unsigned v[4];
+    for (int i = 0; i < 4; i++) {
         const char *f = strstr(line, names[i]);
         CHECK(f);
         v[i] = (unsigned)strtoul(f + strlen(names[i]), NULL, 10);
     }
-    return (struct hr_stat){v[0], v[1], v[2]};
+    return (struct hr_stat){v[0], v[1], v[2], v[3]};
 }

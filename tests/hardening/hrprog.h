@@ -17,7 +17,7 @@ int hr_stat_log(void);
 int hr_start(const char *role, const char *mode, unsigned a, unsigned b, int *chan);
 
 struct hr_stat {
-    unsigned carried, fell_back, kernel;
+    unsigned carried, fell_back, kernel, redirected;
 };
 /* The record pid wrote at its exit into the log; fails if none. */
 struct hr_stat hr_stat_of(int log, pid_t pid);

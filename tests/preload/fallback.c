@@ -3,8 +3,10 @@
  * server (no preload) with a preloaded client and the reverse, both moving
  * byte-exact data and recording carried == 0 on the preloaded side; the
  * added cost of connect() to a plain server (printed, not asserted); and
- * the tentative client falling back when the server accepts too late or
- * accepts in a forked child (speaking first, or the client speaking first).
+ * the tentative client falling back when the server accepts too late. A
+ * server that accepts in a forked child (speaking first, or the client
+ * speaking first) used to be the other fallback case: its client is now
+ * redirected to the child and carried (prefork.c has the rest).
  *
  * A role "without the preload" re-executes this test with LD_PRELOAD
  * removed (p_exec_plain), and main() dispatches it by its argv.
@@ -214,9 +216,9 @@ int main(int argc, char **argv)
         p_log("SKIP child_accepts_*: AddressSanitizer's allocator is not fork-safe with threads");
     } else {
         p_case("child_accepts_and_speaks_first", child_first_server, child_first_client,
-               P_CLIENT_FELLBACK);
+               P_CLIENT_REDIRECTED);
         p_case("child_accepts_client_speaks_first", forked_accept_server, forked_accept_client,
-               P_CLIENT_FELLBACK);
+               P_CLIENT_REDIRECTED);
     }
     return p_done();
 }

@@ -334,15 +334,26 @@ static void run_role(void *arg)
     l->fn(&l->r);
 }
 
-static bool check_record(pid_t pid, const char *role, bool carried, bool kernel, bool fellback)
+static bool check_record(pid_t pid, const char *role, bool carried, bool kernel, bool fellback,
+                         bool redirected)
 {
     struct p_stat st;
     if (!p_stat_of(pid, &st)) {
         p_log("FAIL: %s (pid %d) wrote no SOVIA_STAT_LOG record", role, (int)pid);
         return false;
     }
-    p_log("%s record: carried %u fell_back %u kernel %u sent %llu received %llu", role,
-          st.carried, st.fell_back, st.kernel, st.bytes_sent, st.bytes_received);
+    p_log("%s record: carried %u fell_back %u kernel %u redirected %u sent %llu received %llu",
+          role, st.carried, st.fell_back, st.kernel, st.redirected, st.bytes_sent,
+          st.bytes_received);
+    if (redirected && st.redirected != st.carried) {
+        p_log("FAIL: %s: redirected %u, want every carried one (%u)", role, st.redirected,
+              st.carried);
+        return false;
+    }
+    if (!redirected && st.redirected) {
+        p_log("FAIL: %s: redirected %u, want 0", role, st.redirected);
+        return false;
+    }
     if (carried && st.carried < min_carried) {
         p_log("FAIL: %s: connections not carried by sovia (carried %u, want >= %u)", role,
               st.carried, min_carried);
@@ -430,12 +441,14 @@ void p_case(const char *name, p_role_fn server, p_role_fn client, int flags)
         if (flags & P_SERVER_PLAIN)
             ok &= check_no_record(ps, "server");
         else if (flags & (P_CARRIED | P_SERVER_KERNEL))
-            ok &= check_record(ps, "server", flags & P_CARRIED, flags & P_SERVER_KERNEL, false);
+            ok &= check_record(ps, "server", flags & P_CARRIED, flags & P_SERVER_KERNEL, false,
+                               false);
         if (flags & P_CLIENT_PLAIN)
             ok &= check_no_record(pc, "client");
-        else if (flags & (P_CARRIED | P_CLIENT_KERNEL | P_CLIENT_FELLBACK))
-            ok &= check_record(pc, "client", flags & P_CARRIED, flags & P_CLIENT_KERNEL,
-                               flags & P_CLIENT_FELLBACK);
+        else if (flags & (P_CARRIED | P_CLIENT_KERNEL | P_CLIENT_FELLBACK | P_CLIENT_REDIRECTED))
+            ok &= check_record(pc, "client", flags & (P_CARRIED | P_CLIENT_REDIRECTED),
+                               flags & P_CLIENT_KERNEL, flags & P_CLIENT_FELLBACK,
+                               flags & P_CLIENT_REDIRECTED);
     }
     alarm(0);
     min_carried = 1;
@@ -579,14 +592,15 @@ bool p_stat_of(pid_t pid, struct p_stat *st)
     char line[1024];
     bool found = false;
     while (!found && fgets(line, sizeof line, f)) {
-        unsigned long long v[6];
+        unsigned long long v[7];
         if (!field(line, "pid", &v[0]) || (pid_t)v[0] != pid)
             continue;
         if (!field(line, "carried", &v[1]) || !field(line, "fell_back", &v[2]) ||
-            !field(line, "kernel", &v[3]) || !field(line, "bytes_sent", &v[4]) ||
-            !field(line, "bytes_received", &v[5]))
+            !field(line, "kernel", &v[3]) || !field(line, "redirected", &v[4]) ||
+            !field(line, "bytes_sent", &v[5]) || !field(line, "bytes_received", &v[6]))
             continue;
-        *st = (struct p_stat){(int)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3], v[4], v[5]};
+        *st = (struct p_stat){(int)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3],
+                              (unsigned)v[4], v[5], v[6]};
         found = true;
     }
     fclose(f);

@@ -92,6 +92,8 @@ enum {
                              with p_put_int itself */
     P_CLIENT_PLAIN = 32,  /* client runs without the preload (no record) */
     P_NO_STATS = 64,      /* nothing asserted about the records */
+    P_CLIENT_REDIRECTED = 128, /* client: a record with carried >= 1, every one
+                                  redirected to the accepting process */
 };
 
 /* Names the test, checks the preload is loaded, makes the stat log. */
@@ -170,7 +172,7 @@ void p_threaded_fork_child(void);
 
 struct p_stat {
     int pid;
-    unsigned carried, fell_back, kernel;
+    unsigned carried, fell_back, kernel, redirected;
     unsigned long long bytes_sent, bytes_received;
 };
 /* The record of pid in SOVIA_STAT_LOG; false if it wrote none. */

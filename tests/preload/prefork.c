@@ -1,12 +1,19 @@
 /*
  * prefork: accept() in a process other than the one that called listen()
- * (docs/ARCHITECTURE.md, "Transparent mode": a claim, or a new shadow
- * listener). The client queues its VI with the listening process's shadow
- * listener; a connection another process accepts can never pair there, and
- * before the claim every such connection waited out the client's pairing
- * timeout (1 s). Cases:
+ * (docs/ARCHITECTURE.md, "Transparent mode", step 6). The client queues its
+ * VI with the listening process's shadow listener, which cannot pair a
+ * connection another process accepted: the accepting process claims it,
+ * and the listening process redirects the client there (REDIRECT). Before
+ * the claim every such connection waited out the client's pairing timeout
+ * (1 s), then fell back to TCP; before the redirect it fell back at once.
+ * Cases:
  *  - workers_accept: the listening process forks two workers that accept
- *    (a prefork server) and never accepts itself;
+ *    (a prefork server) and never accepts itself; every connection is
+ *    carried, redirected;
+ *  - workers_late_accept: the client writes before the worker accepts:
+ *    the bytes it holds move to the redirected connection;
+ *  - workers_plain_client: a client without sovia (nothing queued, nothing
+ *    to redirect): kernel TCP, as fast;
  *  - daemon_takes_over: the listening process forks and exits, the child
  *    serves (a daemon that listens before it detaches). The child used to
  *    keep the parent's shadow listener bound with nobody serving it: each
@@ -16,7 +23,7 @@
  *    connections after it are carried;
  *  - exec_inherits_listener: a child execs a program that accepts on the
  *    inherited listening socket while the listening process lives on
- *    (inetd's "wait" services);
+ *    (inetd's "wait" services): redirected;
  *  - reuseport: a second process listens on the same port (SO_REUSEPORT)
  *    and accepts some of the connections.
  * Every connection is an exchange the client ends with close() alone (no
@@ -116,6 +123,45 @@ static void workers_client(struct p_role *r)
 {
     exchanges(r->port, CONNS);
     p_put_int(r, CONNS);
+}
+
+static void plain_workers_client(struct p_role *r)
+{
+    p_exec_plain(r, "workers-client"); /* this program again, without sovia */
+}
+
+/* ---- the client writes before the worker accepts ------------------------ */
+
+#define EARLY_BYTES 1000
+
+static void late_server(struct p_role *r)
+{
+    int go[2];
+    SYS(pipe(go));
+    pid_t w = SYS(fork());
+    if (w == 0) {
+        p_child_safety();
+        char x;
+        CHECK_EQ(read(go[0], &x, 1), 1); /* the client has written */
+        serve(r->lfd, 1);
+        exit(0);
+    }
+    CHECK_EQ(p_get_int(r), EARLY_BYTES);
+    SYS(write(go[1], "x", 1));
+    reap_ok(w, "worker");
+}
+
+static void late_client(struct p_role *r)
+{
+    char out[EARLY_BYTES], in[EARLY_BYTES];
+    int fd = p_connect(r->port);
+    p_fill(out, sizeof out, 77);
+    p_write_all(fd, out, sizeof out); /* held: nobody accepted yet */
+    p_put_int(r, EARLY_BYTES);
+    p_read_all(fd, in, sizeof in);
+    if (memcmp(in, out, sizeof in) != 0)
+        FAILF("echo differs");
+    SYS(close(fd));
 }
 
 /* ---- a daemon that listened before it detached -------------------------- */
@@ -245,6 +291,10 @@ int main(int argc, char **argv)
     const char *what = p_exec_role(argc, argv, &again, &extra);
     if (what && strcmp(what, "accept-loop") == 0)
         return accept_loop(extra);
+    if (what && strcmp(what, "workers-client") == 0) {
+        workers_client(&again);
+        return 0;
+    }
     if (what)
         FAILF("unknown re-executed role %s", what);
 
@@ -258,10 +308,14 @@ int main(int argc, char **argv)
         p_log("SKIP workers_accept, daemon_takes_over, reuseport: AddressSanitizer's allocator "
               "is not fork-safe with threads");
     } else {
-        p_case("workers_accept", workers_server, workers_client, P_CLIENT_FELLBACK);
+        p_expect_carried(CONNS);
+        p_case("workers_accept", workers_server, workers_client, P_CLIENT_REDIRECTED);
+        p_case("workers_late_accept", late_server, late_client, P_CLIENT_REDIRECTED);
+        p_case("workers_plain_client", workers_server, plain_workers_client, P_CLIENT_PLAIN);
         p_case("daemon_takes_over", daemon_server, daemon_client, P_NO_STATS);
         p_case("reuseport", reuseport_server, reuseport_client, P_NO_STATS);
     }
-    p_case("exec_inherits_listener", exec_server, exec_client, P_CLIENT_FELLBACK);
+    p_expect_carried(CONNS);
+    p_case("exec_inherits_listener", exec_server, exec_client, P_CLIENT_REDIRECTED);
     return p_done();
 }
