@@ -15,17 +15,34 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   sudo=""; [[ $(id -u) -ne 0 ]] && sudo=sudo
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  # openbsd-inetd starts a system-wide inetd serving ftpd on port 21; the FTP
-  # test and report run their own private instances (src/apps/ftp/ftp_run.py).
-  if [[ " ${missing[*]} " == *" openbsd-inetd "* ]]; then
-    if [[ -d /run/systemd/system ]]; then
-      $sudo systemctl disable --now inetd.service >/dev/null 2>&1 || true
-    else
-      $sudo invoke-rc.d openbsd-inetd stop >/dev/null 2>&1 || true
-      $sudo update-rc.d openbsd-inetd disable >/dev/null 2>&1 || true
-    fi
+  # openbsd-inetd and nginx-light would start system-wide services (ftpd on
+  # port 21, a web server on port 80; nginx's install fails if port 80 is
+  # taken); the tests and the report run their own private instances
+  # (src/apps/ftp/ftp_run.py, tests/programs/test_nginx.py). A temporary
+  # policy-rc.d keeps them from starting, unless the host has its own.
+  policy=/usr/sbin/policy-rc.d
+  own_policy=0
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee $policy >/dev/null
+    $sudo chmod 755 $policy
+    own_policy=1
   fi
+  rc=0
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
+  ((own_policy)) && $sudo rm -f $policy
+  ((rc == 0)) || exit $rc
+  # package, systemd unit, init script: stopped and disabled all the same
+  # (a host policy may have let them start).
+  for svc in openbsd-inetd:inetd:openbsd-inetd nginx-light:nginx:nginx; do
+    IFS=: read -r pkg unit script <<<"$svc"
+    [[ " ${missing[*]} " == *" $pkg "* ]] || continue
+    if [[ -d /run/systemd/system ]]; then
+      $sudo systemctl disable --now "$unit.service" >/dev/null 2>&1 || true
+    else
+      $sudo invoke-rc.d "$script" stop >/dev/null 2>&1 || true
+      $sudo update-rc.d "$script" disable >/dev/null 2>&1 || true
+    fi
+  done
 fi
 
 cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE="${SOVIA_BUILD_TYPE:-RelWithDebInfo}" \

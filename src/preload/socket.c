@@ -317,11 +317,9 @@ static void accepted_elsewhere(int fd, int nfd, const struct sockaddr *peer, boo
     uint32_t ticket = 0;
     struct sov_sock *t = ticketed_listener(fd, domain, (struct sockaddr *)&local, &ticket);
     int rc = sov_tp_claim(nfd, (struct sockaddr *)&local, t ? ticket : 0);
-    if (rc == 1) {
-        if (sov_tp_accept(t, nfd, peer, nonblock, true) != 0)
-            atomic_fetch_add(&sov_g.tp_kernel, 1);
+    if (rc == 1 && sov_tp_accept(t, nfd, peer, nonblock, true) == 0)
         return;
-    }
+    atomic_fetch_add(&sov_g.tp_kernel, 1); /* this one is kernel TCP */
     if (rc != -ECONNREFUSED)
         return;
     struct sov_sock *l = sov_tp_listen(fd, domain, (struct sockaddr *)&local, SOMAXCONN, 0);
