@@ -1,13 +1,14 @@
 /*
  * fdops.c - descriptor calls: dup names the same sovia socket under another
  * descriptor; fcntl and ioctl keep sovia's view of O_NONBLOCK and answer
- * FIONREAD. Everything else is the kernel's.
+ * FIONREAD, SIOCATMARK. Everything else is the kernel's.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <sovia.h>
@@ -82,6 +83,10 @@ static int do_fcntl(int fd, int cmd, va_list ap)
     case F_SETFL:
         sov_tp_set_nonblock(fd, (arg & O_NONBLOCK) != 0);
         break;
+    case F_SETOWN:
+    case F_SETOWN_EX:
+        sov_tp_watch_owner(fd);
+        break;
     default:
         break;
     }
@@ -115,9 +120,10 @@ PRELOAD_EXPORT int ioctl(int fd, unsigned long req, ...)
     va_start(ap, req);
     void *arg = va_arg(ap, void *);
     va_end(ap);
-    if (req == FIONREAD && carried(fd) && tp_prepare(fd, MSG_DONTWAIT) != 0) {
+    if ((req == FIONREAD || req == SIOCATMARK) && carried(fd) &&
+        tp_prepare(fd, MSG_DONTWAIT) != 0) {
         int n = 0;
-        if (sov_tp_unread(fd, &n) == 0) {
+        if ((req == FIONREAD ? sov_tp_unread(fd, &n) : sov_tp_atmark(fd, &n)) == 0) {
             if (!arg) {
                 errno = EFAULT;
                 return -1;
@@ -129,5 +135,7 @@ PRELOAD_EXPORT int ioctl(int fd, unsigned long req, ...)
     int rc = real.ioctl(fd, req, arg);
     if (rc == 0 && req == FIONBIO && arg && carried(fd))
         sov_tp_set_nonblock(fd, *(int *)arg != 0);
+    if (rc == 0 && (req == FIOSETOWN || req == SIOCSPGRP) && carried(fd))
+        sov_tp_watch_owner(fd);
     return rc;
 }

@@ -29,7 +29,11 @@ static bool restartable(ssize_t n, unsigned interrupting_before)
 
 static ssize_t via_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
-    int r = tp_prepare(fd, flags);
+    /* recv(MSG_OOB) never waits: before the pairing there is no urgent
+     * byte, as on a connection that never had one (EINVAL). */
+    int r = tp_prepare(fd, flags & MSG_OOB ? flags | MSG_DONTWAIT : flags);
+    if (r < 0 && (flags & MSG_OOB) && errno == EAGAIN)
+        errno = EINVAL;
     if (r <= 0)
         return r == 0 ? KERNEL : -1;
     unsigned before = atomic_load_explicit(preload_interrupt_count(), memory_order_relaxed);
@@ -201,7 +205,7 @@ PRELOAD_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
             if (n >= 0) {
                 msg->msg_namelen = 0;
                 msg->msg_controllen = 0;
-                msg->msg_flags = 0;
+                msg->msg_flags = flags & MSG_OOB; /* as TCP marks the urgent byte */
             }
             return n;
         }

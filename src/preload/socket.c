@@ -142,8 +142,9 @@ int tp_prepare_send(int fd, int msg_flags, const struct iovec *iov, int iovcnt, 
             return 0; /* unlocked: the kernel socket from now on */
         bool nonblock = s->nonblock || (msg_flags & MSG_DONTWAIT);
         /* A socket not paired yet takes a send's first bytes at once
-         * (sov_tp_send_early). */
-        ssize_t taken = st == SOV_TP_PENDING && iov
+         * (sov_tp_send_early); urgent ones wait for the pairing, which
+         * carries their mark. */
+        ssize_t taken = st == SOV_TP_PENDING && iov && !(msg_flags & MSG_OOB)
                             ? sov_tp_send_early(s, iov, iovcnt, !nonblock) : 0;
         sov_sock_unlock(s);
         if (taken > 0) {

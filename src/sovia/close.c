@@ -74,10 +74,16 @@ static bool service_closing(uint64_t now)
     return more;
 }
 
-static void service_timers(uint64_t now)
+/* How often the service thread looks at a socket with an owner. */
+#define OWNED_POLL_MS 5
+
+/* One pass over the timed sockets; true if one of them has an owner. */
+static bool service_timers(uint64_t now)
 {
+    bool owned = false;
     pthread_mutex_lock(&sov_g.lock);
     for (struct sov_sock *s = sov_g.timed; s; s = s->next_timed) {
+        owned |= s->owned;
         /* A busy socket waits for the next round: spinning on it here would
          * hold sov_g.lock as long, and a socket a signal handler longjmp'd
          * out of (iperf3 on Ctrl-C) stays locked for good, which left the
@@ -88,12 +94,15 @@ static void service_timers(uint64_t now)
         if (s->conn && s->conn->clen && now >= s->conn->cdeadline_ns) {
             sov_progress(s);
             sov_flush(s, false);
+        } else if (s->conn && s->owned) {
+            sov_progress(s); /* urgent data signals its owner */
         }
         if (s->conn) /* an idle application must not hold a buffer back */
             sov_repost_deferred(s->conn);
         sov_sock_unlock(s);
     }
     pthread_mutex_unlock(&sov_g.lock);
+    return owned;
 }
 
 /* Unpaired sovia run connections: answer the peer's WAKEUP (or fall back)
@@ -128,6 +137,7 @@ static void *service_thread(void *arg)
 {
     (void)arg;
     uint64_t close_poll_ms = 1;
+    bool owned = false;
     pthread_mutex_lock(&sov_g.lock);
     for (;;) {
         bool closing = sov_g.closing != NULL, timed = sov_g.timed != NULL;
@@ -139,6 +149,8 @@ static void *service_thread(void *arg)
             wait_ms = 1;
         if (timed) {
             uint64_t t = sov_g.cfg.combine_ms / 2 ? sov_g.cfg.combine_ms / 2 : 1;
+            if (owned && t > OWNED_POLL_MS)
+                t = OWNED_POLL_MS;
             wait_ms = wait_ms && wait_ms < t ? wait_ms : t;
         }
         if (!wait_ms) {
@@ -156,8 +168,7 @@ static void *service_thread(void *arg)
         uint64_t now = sov_now_ns();
         if (closing && service_closing(now))
             close_poll_ms = close_poll_ms < 20 ? close_poll_ms * 2 : 20;
-        if (timed)
-            service_timers(now);
+        owned = timed && service_timers(now);
         if (pairing)
             service_pairing();
         pthread_mutex_lock(&sov_g.lock);
@@ -233,7 +244,7 @@ void sov_conn_established(struct sov_sock *s)
     atomic_fetch_add(&sov_g.open_conns, 1);
     sov_stat_serve_start();
     sov_conn_attach_handling(s);
-    if (s->conn->cfg.combine) {
+    if (s->conn->cfg.combine || s->owned) {
         sov_sock_unlock(s);
         sov_timer_add(s);
         sov_sock_lock(s);

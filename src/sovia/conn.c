@@ -258,19 +258,20 @@ int sov_conn_lost(struct sov_conn *c)
 }
 
 /* The packet's immediate data: its type and the acknowledgements owed
- * (piggybacking), or a WAKEUP's window, or a REDIRECT's ticket. */
-static uint32_t packet_imm(const struct sov_conn *c, enum sov_pkt type, uint32_t ticket)
+ * (piggybacking), or a WAKEUP's window; `extra` bits are a REDIRECT's
+ * ticket, or DATA's PKT_URG. */
+static uint32_t packet_imm(const struct sov_conn *c, enum sov_pkt type, uint32_t extra)
 {
     if (type == PKT_WAKEUP)
         return (uint32_t)PKT_WAKEUP | c->cfg.window << WAKEUP_WINDOW_SHIFT |
                (c->nrecv - c->cfg.window - 2) << WAKEUP_SLOTS_SHIFT;
     if (type == PKT_REDIRECT)
-        return (uint32_t)PKT_REDIRECT | ticket << REDIRECT_TICKET_SHIFT;
-    return pkt_imm(type, c->to_ack);
+        return (uint32_t)PKT_REDIRECT | extra;
+    return pkt_imm(type, c->to_ack) | extra;
 }
 
 /* Sends one packet and reaps its completion. 0 or -ECONNRESET. */
-static int post(struct sov_conn *c, enum sov_pkt type, uint32_t ticket, const void *data,
+static int post(struct sov_conn *c, enum sov_pkt type, uint32_t extra, const void *data,
                 uint32_t len, VIP_MEM_HANDLE mh)
 {
     /* Completed sends are dequeued lazily, when their slot comes round. */
@@ -288,7 +289,7 @@ static int post(struct sov_conn *c, enum sov_pkt type, uint32_t ticket, const vo
     d->CS.Length = 0;
     d->CS.Reserved = 0;
     d->CS.Control = VIP_CONTROL_OP_SENDRECV | VIP_CONTROL_IMMEDIATE;
-    d->CS.ImmediateData = packet_imm(c, type, ticket);
+    d->CS.ImmediateData = packet_imm(c, type, extra);
     d->CS.SegCount = len ? 1 : 0;
     if (len) {
         d->DS[0].Local.Data.Address = (void *)data;
@@ -317,6 +318,11 @@ int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uin
                     VIP_MEM_HANDLE mh)
 {
     return post(c, type, 0, data, len, mh);
+}
+
+int sov_post_urgent(struct sov_conn *c, const void *data, uint32_t len, VIP_MEM_HANDLE mh)
+{
+    return post(c, PKT_DATA, PKT_URG, data, len, mh);
 }
 
 int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type)
@@ -645,7 +651,8 @@ static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch, uint32_t tic
     }
     /* The client handles the REDIRECT before it sees its VI go. */
     bool redirected = taken.conn && ticket && ticket <= REDIRECT_TICKET_MAX &&
-                      post(taken.conn, PKT_REDIRECT, ticket, NULL, 0, 0) == 0;
+                      post(taken.conn, PKT_REDIRECT, ticket << REDIRECT_TICKET_SHIFT, NULL, 0,
+                           0) == 0;
     if (taken.conn)
         pending_drop(&taken);
     if (token >= 0)

@@ -4,10 +4,15 @@
  * delayed acknowledgements, and waiting. Callers hold the socket's lock.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sock.h"
 
@@ -95,6 +100,65 @@ void sov_repost_deferred(struct sov_conn *c)
     }
 }
 
+/* ---- Urgent data (MSG_OOB), as TCP's ------------------------------------------- */
+
+bool sov_oob_inline(struct sov_sock *s)
+{
+    if (!s->transparent)
+        return s->oobinline;
+    int on = 0; /* the program set it on its kernel socket */
+    socklen_t len = sizeof(on);
+    return getsockopt(s->fd, SOL_SOCKET, SO_OOBINLINE, &on, &len) == 0 && on;
+}
+
+/* An urgent byte the reader has reached and will not read in band. */
+static bool urgent_passed_over(struct sov_sock *s, const struct sov_conn *c)
+{
+    return c->urg && c->urg_ahead == 0 && !sov_oob_inline(s);
+}
+
+size_t sov_readable(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    if (!c || !c->rx_bytes)
+        return 0;
+    return c->rx_bytes - (c->urg && !sov_oob_inline(s));
+}
+
+static size_t copy_out(struct sov_conn *c, const struct iovec *iov, int iovcnt, size_t at,
+                       size_t skip, size_t max, bool peek);
+
+/* A newer mark replaces the one pending. A reader standing at the older
+ * mark's byte never reads it (Linux drops it, tcp_check_urg). */
+static void urgent_arriving(struct sov_sock *s, struct sov_conn *c)
+{
+    if (urgent_passed_over(s, c))
+        copy_out(c, NULL, 0, 0, 1, 0, false);
+}
+
+/* The socket's owner (F_SETOWN on the kernel socket) gets SIGURG. The
+ * system call itself: the preload's fcntl would take the socket's lock. */
+static void signal_owner(int fd)
+{
+    struct f_owner_ex o;
+    if (syscall(SYS_fcntl, fd, F_GETOWN_EX, &o) != 0 || o.pid <= 0)
+        return;
+    if (o.type == F_OWNER_TID)
+        syscall(SYS_tkill, o.pid, SIGURG);
+    else
+        kill(o.type == F_OWNER_PGRP ? -o.pid : o.pid, SIGURG);
+}
+
+/* The DATA in buffer i (queued) ends with the urgent byte: the new mark. */
+static void urgent_arrived(struct sov_sock *s, struct sov_conn *c, unsigned i, uint32_t len)
+{
+    c->urg = c->urg_valid = true;
+    c->urg_byte = c->arena[(size_t)i * c->cfg.mtu + len - 1];
+    c->urg_ahead = c->rx_bytes - 1;
+    if (s->transparent)
+        signal_owner(s->fd);
+}
+
 void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
 {
     struct sov_conn *c = s->conn;
@@ -137,8 +201,10 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
     /* The peer can only acknowledge what we sent, and leaves the reserved
      * bits zero: anything else is a protocol violation, and fails this
      * connection only. */
-    if (!c->peer_window || acks > c->peer_window - c->credits ||
-        (imm & ~(PKT_TYPE_MASK | PKT_ACKS_MAX << PKT_ACKS_SHIFT))) {
+    uint32_t allowed = PKT_TYPE_MASK | PKT_ACKS_MAX << PKT_ACKS_SHIFT;
+    if (type == PKT_DATA)
+        allowed |= PKT_URG;
+    if (!c->peer_window || acks > c->peer_window - c->credits || (imm & ~allowed)) {
         sov_conn_abort(c);
         return;
     }
@@ -163,9 +229,13 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
             repost_and_ack(c, (unsigned)i);
             return;
         }
+        if (imm & PKT_URG)
+            urgent_arriving(s, c);
         c->recvq[(c->rq_head + c->rq_count) % (c->nrecv + 1)] = (unsigned)i;
         c->rq_count++;
         c->rx_bytes += len;
+        if (imm & PKT_URG)
+            urgent_arrived(s, c, (unsigned)i, len);
         return;
     }
     case PKT_ACK:
@@ -477,10 +547,10 @@ static ssize_t send_next(struct sov_conn *c, struct cursor *u)
     return (ssize_t)n;
 }
 
+static ssize_t send_urgent(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags);
+
 ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags)
 {
-    if (flags & MSG_OOB)
-        return -EOPNOTSUPP;
     if (s->kind == SK_CONNECTING)
         return -EAGAIN;
     if (s->kind != SK_CONNECTED)
@@ -491,6 +561,8 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
     int err = send_error(s);
     if (err)
         return err;
+    if (flags & MSG_OOB)
+        return send_urgent(s, iov, iovcnt, flags & ~MSG_OOB);
     bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
     struct cursor u = {iov, iovcnt, 0, 0};
     cur_skip(&u, 0);
@@ -538,14 +610,61 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
     return (ssize_t)sent;
 }
 
+/* MSG_OOB: the call's last byte is urgent (the receiver's mark). The bytes
+ * before it go as usual; it goes alone, in a DATA packet with PKT_URG. If
+ * the bytes before it do not all go (a non-blocking send), nothing is
+ * marked (Linux would mark the last byte that went). */
+static ssize_t send_urgent(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags)
+{
+    int last = -1;
+    size_t total = 0;
+    for (int k = 0; k < iovcnt; k++) {
+        total += iov[k].iov_len;
+        if (iov[k].iov_len)
+            last = k;
+    }
+    if (last < 0)
+        return sov_do_send(s, iov, iovcnt, flags);
+    struct iovec head[last + 1];
+    memcpy(head, iov, sizeof(head));
+    head[last].iov_len--;
+    uint8_t urgent = ((const uint8_t *)iov[last].iov_base)[head[last].iov_len];
+    ssize_t n = 0;
+    if (total > 1 && (n = sov_do_send(s, head, last + 1, flags)) < 0)
+        return n;
+    if ((size_t)n < total - 1)
+        return n;
+    bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
+    int rc = sov_flush(s, !nonblock); /* what the head left combined goes first */
+    if (rc == 0)
+        rc = wait_credit(s, nonblock);
+    struct sov_conn *c = s->conn;
+    if (rc == 0) {
+        c->sbuf[0] = urgent;
+        rc = sov_post_urgent(c, c->sbuf, 1, c->sbuf_mh);
+    }
+    if (rc) {
+        if (n)
+            return n;
+        return rc == -ECONNRESET || rc == -EPIPE ? send_error(s) : rc;
+    }
+    c->credits--;
+    c->stats.copied_sends++;
+    c->stats.data_packets_sent++;
+    c->stats.bytes_sent++;
+    sov_repost_deferred(c);
+    return n + 1;
+}
+
 /* ---- Receiving -------------------------------------------------------------- */
 
-/* Copies up to `max` unread bytes into the iovec from byte `at` on.
- * Consumes them (reposting emptied buffers) unless `peek`. */
+/* Passes over `skip` unread bytes, then copies up to `max` into the iovec
+ * from byte `at` on. Consumes them (reposting emptied buffers) unless
+ * `peek`. Returns the bytes copied. */
 static size_t copy_out(struct sov_conn *c, const struct iovec *iov, int iovcnt, size_t at,
-                       size_t max, bool peek)
+                       size_t skip, size_t max, bool peek)
 {
-    size_t done = 0, off = c->rq_off;
+    size_t done = 0, passed = 0, off = c->rq_off;
     unsigned q = 0;
     int k = 0;
     size_t kpos = 0; /* position inside iov[k] */
@@ -555,23 +674,29 @@ static size_t copy_out(struct sov_conn *c, const struct iovec *iov, int iovcnt, 
         k++;
     }
     kpos = at;
-    while (done < max && q < c->rq_count && k < iovcnt) {
+    while (q < c->rq_count && (passed < skip || (done < max && k < iovcnt))) {
         unsigned i = c->recvq[(c->rq_head + q) % (c->nrecv + 1)];
         const uint8_t *buf = c->arena + (size_t)i * c->cfg.mtu;
         size_t blen = c->rdesc[i].CS.Length;
         size_t n = blen - off;
-        if (n > max - done)
-            n = max - done;
-        if (n > iov[k].iov_len - kpos)
-            n = iov[k].iov_len - kpos;
-        memcpy((uint8_t *)iov[k].iov_base + kpos, buf + off, n);
-        done += n;
-        off += n;
-        kpos += n;
-        if (kpos == iov[k].iov_len) {
-            k++;
-            kpos = 0;
+        if (passed < skip) {
+            if (n > skip - passed)
+                n = skip - passed;
+            passed += n;
+        } else {
+            if (n > max - done)
+                n = max - done;
+            if (n > iov[k].iov_len - kpos)
+                n = iov[k].iov_len - kpos;
+            memcpy((uint8_t *)iov[k].iov_base + kpos, buf + off, n);
+            done += n;
+            kpos += n;
+            if (kpos == iov[k].iov_len) {
+                k++;
+                kpos = 0;
+            }
         }
+        off += n;
         if (off == blen) {
             off = 0;
             if (peek) {
@@ -585,15 +710,58 @@ static size_t copy_out(struct sov_conn *c, const struct iovec *iov, int iovcnt, 
     }
     if (!peek) {
         c->rq_off = off;
-        c->rx_bytes -= done;
+        c->rx_bytes -= done + passed;
+        if (c->urg && done + passed > c->urg_ahead)
+            c->urg = c->urg_valid = false; /* the reader went past the mark */
+        else if (c->urg)
+            c->urg_ahead -= done + passed;
     }
     return done;
+}
+
+/* One copy, as TCP reads around an urgent mark: up to the mark; at the
+ * mark, only if nothing was copied yet, and then past the urgent byte
+ * (read in band with SO_OOBINLINE, else passed over). */
+static size_t read_step(struct sov_sock *s, struct sov_conn *c, const struct iovec *iov,
+                        int iovcnt, size_t got, size_t want, bool peek)
+{
+    size_t max = want - got, skip = 0;
+    if (c->urg && c->urg_ahead == 0) {
+        if (got)
+            return 0;
+        skip = !sov_oob_inline(s);
+    } else if (c->urg && max > c->urg_ahead) {
+        max = c->urg_ahead;
+    }
+    return copy_out(c, iov, iovcnt, got, skip, max, peek);
+}
+
+/* recv(MSG_OOB): the urgent byte, once, as TCP (tcp_recv_urg): EINVAL when
+ * there is none, it was taken, or it is read in band (SO_OOBINLINE). */
+static ssize_t recv_urgent(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags)
+{
+    if (s->kind == SK_LISTENING)
+        return -ENOTCONN;
+    if (s->kind != SK_CONNECTED)
+        return -EINVAL;
+    sov_progress(s);
+    struct sov_conn *c = s->conn;
+    if (!c->urg_valid || sov_oob_inline(s))
+        return -EINVAL;
+    if (!(flags & MSG_PEEK))
+        c->urg_valid = false;
+    for (int k = 0; k < iovcnt; k++)
+        if (iov[k].iov_len) {
+            *(uint8_t *)iov[k].iov_base = c->urg_byte;
+            return 1;
+        }
+    return 0;
 }
 
 ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags)
 {
     if (flags & MSG_OOB)
-        return -EOPNOTSUPP;
+        return recv_urgent(s, iov, iovcnt, flags);
     if (s->kind != SK_CONNECTED)
         return -ENOTCONN;
     size_t want = 0;
@@ -611,9 +779,10 @@ ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
         if (c->clen)
             sov_flush(s, false); /* condition (4): recv() sends what is combined */
         c = s->conn;
-        if (c->rx_bytes && !s->rd_shut) {
-            got += copy_out(c, iov, iovcnt, got, want - got, peek);
-            if (got == want || !waitall)
+        if (c->rx_bytes && !s->rd_shut && (!c->urg || sov_readable(s))) {
+            got += read_step(s, c, iov, iovcnt, got, want, peek);
+            bool at_mark = c->urg && c->urg_ahead == 0;
+            if (got == want || (got && (!waitall || at_mark)))
                 return (ssize_t)got;
             continue;
         }

@@ -50,6 +50,8 @@ struct inh_conn {
     uint64_t send_mtu, rq_off, rx_bytes;
     uint32_t rq_count, nposted;
     uint8_t wr_shut, fin_acked, peer_fin, peer_gone, reset, reset_told, shared;
+    uint8_t urg, urg_valid, urg_byte; /* the urgent mark (MSG_OOB) */
+    uint64_t urg_ahead;
     int32_t rec_fd; /* the shared record (shared.c), or -1 */
     struct sov_stats stats;
     VIPX_STATE vi;
@@ -175,6 +177,10 @@ static bool export_conn(struct sov_handoff *h, struct sov_sock *s, const int32_t
     r.peer_fin = c->peer_fin;
     r.peer_gone = c->peer_gone;
     r.reset_told = c->reset_told;
+    r.urg = c->urg;
+    r.urg_valid = c->urg_valid;
+    r.urg_byte = c->urg_byte;
+    r.urg_ahead = c->urg_ahead;
     r.shared = c->shared;
     r.stats = c->stats;
     uint32_t recvq[c->rq_count ? 2 * c->rq_count : 1];
@@ -316,6 +322,10 @@ static void restore_conn(struct sov_conn *c, const struct inh_conn *r, const uin
     c->peer_fin = r->peer_fin;
     c->peer_gone = r->peer_gone;
     c->reset_told = r->reset_told;
+    c->urg = r->urg && r->urg_ahead < r->rx_bytes; /* the urgent byte is unread */
+    c->urg_valid = c->urg && r->urg_valid;
+    c->urg_byte = r->urg_byte;
+    c->urg_ahead = c->urg ? r->urg_ahead : 0;
     c->shared = r->shared;
     c->stats = r->stats;
 }

@@ -44,6 +44,9 @@ SOV_EXPORT int sov_setsockopt(int fd, int level, int name, const void *val, sock
     } else if (level == SOL_SOCKET && name == SO_KEEPALIVE) {
         if (!(err = int_opt(val, len, &v)))
             s->keepalive = v != 0;
+    } else if (level == SOL_SOCKET && name == SO_OOBINLINE) {
+        if (!(err = int_opt(val, len, &v)))
+            s->oobinline = v != 0;
     } else if (level == SOL_SOCKET && name == SO_LINGER) {
         if (!val || len < (socklen_t)sizeof(struct linger))
             err = -EINVAL;
@@ -77,6 +80,8 @@ SOV_EXPORT int sov_getsockopt(int fd, int level, int name, void *val, socklen_t 
         v = s->reuseaddr;
     else if (level == SOL_SOCKET && name == SO_KEEPALIVE)
         v = s->keepalive;
+    else if (level == SOL_SOCKET && name == SO_OOBINLINE)
+        v = s->oobinline;
     else if (level == SOL_SOCKET && name == SO_TYPE)
         v = SOCK_STREAM;
     else if (level == SOL_SOCKET && name == SO_ERROR) {

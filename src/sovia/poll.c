@@ -41,8 +41,11 @@ short sov_sock_revents(struct sov_sock *s, short events)
         sov_repost_deferred(c); /* a poller may sleep: give the buffer back */
         if (c->clen) /* nor hold combined bytes back while the program waits */
             sov_flush(s, false);
-        if (c->rx_bytes || c->peer_fin || c->reset || s->rd_shut)
+        /* An urgent byte passed over in band is not something to read. */
+        if ((c->urg ? sov_readable(s) : c->rx_bytes) || c->peer_fin || c->reset || s->rd_shut)
             r |= POLLIN | POLLRDNORM;
+        if (c->urg_valid)
+            r |= POLLPRI; /* urgent data not taken yet (in band too, as TCP's) */
         /* Writable: the window is open, or a small send could still be
          * combined (only when combining is on). */
         bool combining = c->cfg.combine && !s->nodelay && c->clen < c->send_mtu;

@@ -43,14 +43,15 @@ struct rec_state {
      * run client that forks before its server accepted). */
     uint32_t peer_window, ack_every;
     uint64_t rq_off, rx_bytes, send_mtu;
+    uint64_t urg_ahead; /* the urgent mark (MSG_OOB) */
     uint8_t wr_shut, fin_acked, peer_fin, peer_gone;
     uint8_t reset, reset_told, rd_shut, vi_saved;
-    uint8_t tentative, reserved[3];
+    uint8_t tentative, urg, urg_valid, urg_byte;
     uint32_t early_len; /* bytes held in the early area until the pairing */
     VIPX_STATE vi;
 };
 
-_Static_assert(sizeof(struct rec_state) == 64 + sizeof(VIPX_STATE), "no padding");
+_Static_assert(sizeof(struct rec_state) == 72 + sizeof(VIPX_STATE), "no padding");
 
 struct sov_rec {
     uint32_t magic;
@@ -161,6 +162,10 @@ static size_t save(struct sov_sock *s, struct sov_conn *c, struct rec_state *st,
     st->reset_told = c->reset_told;
     st->rd_shut = s->rd_shut;
     st->early_len = c->early_len;
+    st->urg = c->urg;
+    st->urg_valid = c->urg_valid;
+    st->urg_byte = c->urg_byte;
+    st->urg_ahead = c->urg ? c->urg_ahead : 0;
     return n;
 }
 
@@ -172,7 +177,7 @@ static bool record_sane(const struct sov_conn *c, const struct sov_rec *r)
     if (r->magic != REC_MAGIC || r->nrecv != c->nrecv || st->rq_count > c->nrecv ||
         st->nposted > c->nrecv - st->rq_count || st->peer_window > 1024 ||
         st->credits > st->peer_window || st->send_mtu > c->cfg.mtu ||
-        st->early_len > c->cfg.mtu)
+        st->early_len > c->cfg.mtu || (st->urg && st->urg_ahead >= st->rx_bytes))
         return false;
     uint64_t unread = 0;
     for (unsigned k = 0; k < st->rq_count; k++) {
@@ -230,6 +235,10 @@ static bool load(struct sov_sock *s, struct sov_conn *c, const struct sov_rec *r
     c->peer_gone = st->peer_gone;
     c->reset_told = st->reset_told;
     c->early_len = st->early_len;
+    c->urg = st->urg;
+    c->urg_valid = st->urg_valid;
+    c->urg_byte = st->urg_byte;
+    c->urg_ahead = st->urg_ahead;
     s->rd_shut = st->rd_shut;
     if (st->reset && !c->reset)
         sov_conn_abort(c);

@@ -36,6 +36,7 @@ enum sov_pkt {
 };
 
 #define PKT_TYPE_MASK 0x7u
+#define PKT_URG 0x8u /* DATA: its last byte is urgent (MSG_OOB, TCP's mark) */
 #define PKT_ACKS_SHIFT 8
 #define PKT_ACKS_MAX 0xffffu
 
@@ -174,6 +175,14 @@ struct sov_conn {
      * Once: a connection made by following one takes no other. */
     uint32_t redirect;
     bool redirected;
+    /* TCP urgent data (MSG_OOB): one mark, as TCP keeps one urgent
+     * pointer, a newer one replacing it. urg_ahead: unread bytes before
+     * the urgent byte, which stays in recvq (read in band with
+     * SO_OOBINLINE, else passed over); urg_valid until recv(MSG_OOB) takes
+     * urg_byte. The mark goes once the reader is past it. */
+    bool urg, urg_valid;
+    uint8_t urg_byte;
+    size_t urg_ahead;
     struct sov_stats stats;
 };
 
@@ -208,6 +217,11 @@ struct sov_sock {
     /* options */
     bool nodelay, reuseaddr, keepalive;
     struct linger linger;
+    bool oobinline; /* SO_OOBINLINE (sov_* sockets; sovia run asks the kernel socket) */
+    /* sovia run: the program named an owner for SIGURG (F_SETOWN): the
+     * service thread handles its packets while the program is elsewhere,
+     * as the kernel signals urgent data whatever the program does. */
+    bool owned;
     int sndbuf;
     int so_error;
     struct sov_config cfg; /* taken at creation; SO_RCVBUF may change w */
@@ -369,6 +383,7 @@ void sov_shared_fork(struct sov_conn *c);
 void sov_shared_forked(void); /* after fork, in both processes */
 int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,
                     VIP_MEM_HANDLE mh);
+int sov_post_urgent(struct sov_conn *c, const void *data, uint32_t len, VIP_MEM_HANDLE mh);
 int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);
 /* ticket: 0, or listen at that ticket's address of s->local (sovia run). */
 int sov_listen_start(struct sov_sock *s, int backlog, bool transparent, uint32_t ticket);
@@ -391,6 +406,8 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d);
 int sov_conn_wakeup(struct sov_conn *c, VIP_DESCRIPTOR *d);
 ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags);
 ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags);
+bool sov_oob_inline(struct sov_sock *s);
+size_t sov_readable(struct sov_sock *s); /* unread in-band bytes (not a passed-over urgent byte) */
 int sov_flush(struct sov_sock *s, bool may_block);
 int sov_send_fin(struct sov_sock *s);
 void sov_repost_deferred(struct sov_conn *c);

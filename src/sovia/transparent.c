@@ -496,6 +496,7 @@ static void fall_back(struct sov_sock *s)
 {
     atomic_fetch_add(&sov_g.tp_fell_back, 1);
     sov_pairing_remove(s);
+    sov_timer_remove(s); /* an owned socket (sov_tp_watch_owner) may be timed */
     s->dead = true;
     for (int fd = 0, n = sov_table_limit(); fd < n && s->nfds; fd++)
         if (sov_table_clear(fd, s))
@@ -561,6 +562,30 @@ int sov_tp_unread(int fd, int *bytes)
     sov_progress(s);
     size_t n = s->conn ? s->conn->rx_bytes : 0;
     *bytes = n > INT32_MAX ? INT32_MAX : (int)n;
+    sov_release(s);
+    return 0;
+}
+
+void sov_tp_watch_owner(int fd)
+{
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return;
+    bool paired = !s->tp_waiting && s->kind == SK_CONNECTED && s->conn;
+    bool added = paired && !s->owned;
+    s->owned = true; /* a pairing to come adds it (sov_conn_established) */
+    sov_release(s);
+    if (added)
+        sov_timer_add(s);
+}
+
+int sov_tp_atmark(int fd, int *at)
+{
+    struct sov_sock *s = sov_acquire(fd);
+    if (!s)
+        return -EBADF;
+    sov_progress(s);
+    *at = s->conn && s->conn->urg && s->conn->urg_ahead == 0;
     sov_release(s);
     return 0;
 }

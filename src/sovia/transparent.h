@@ -89,5 +89,10 @@ void sov_tp_set_nonblock(int fd, bool on);
 /* fd was closed behind our back and its number reused: forget the old socket. */
 void sov_tp_drop_stale(int fd);
 int sov_tp_unread(int fd, int *bytes);
+/* SIOCATMARK: is the reader at the urgent mark (MSG_OOB)? */
+int sov_tp_atmark(int fd, int *at);
+/* The program named the owner of fd (F_SETOWN & co.): urgent data must
+ * reach it as SIGURG while it does not look at the socket. */
+void sov_tp_watch_owner(int fd);
 
 #endif /* SOVIA_TRANSPARENT_H */

@@ -4,6 +4,8 @@ unmodified, on a private instance (src/apps/ftp/ftp_server.py). One session per
 case: get and put of a 1 MiB and an 8 MiB file, then `dir` (ftpd forks
 /bin/ls), in passive or active mode; every file byte-exact (sha256), the
 listing right, SOVIA_STAT_LOG showing which connections sovia carried.
+FtpAbort: a long `get` interrupted by ABOR (TCP urgent data), answered,
+and the session going on.
 
 Server modes: standalone (`in.ftpd -D`), inetd (`inetd -E` under sovia run,
 ftpd inherits it), inetd-run (plain inetd running `sovia run -- in.ftpd`).
@@ -152,6 +154,42 @@ class Ftp(pt.ProgramCase):
         self.assertGreaterEqual(rec["bytes_received"], data, f"client record {rec}" + ctx)
 
 
+class FtpAbort(pt.ProgramCase):
+    """ABOR in the middle of a long `get`: TCP urgent data on the control
+    connection (docs/SOCKETS.md, "Urgent data"). ftp sends Telnet IP, then
+    the data mark urgent, then ABOR; ftpd, owner of its control socket,
+    takes SIGURG, reads up to the mark and answers 426 and 226. The session
+    then goes on (`pwd`, `quit`)."""
+
+    def abort(self, mode, scenario):
+        s_under, c_under = pt.under(scenario)
+        srv_dir = os.path.join(self.tmp, "srv")
+        os.mkdir(srv_dir)
+        with open(os.path.join(srv_dir, "huge.bin"), "wb") as f:
+            f.truncate(64 << 30)  # sparse: minutes of transfer, no disk
+        env = {"SOVIA_STAT_LOG": self.statlog}
+        srv = ftp_server.Server(self.tmp, mode, pt.SOVIA if s_under else None, env)
+        srv.start()
+        self.addCleanup(srv.stop)
+        res = ftp_client.run_abort(srv, "huge.bin", self.tmp, pt.SOVIA if c_under else None,
+                                   remote_dir=srv_dir, env=env)
+        srv.stop()
+        ctx = f"\n{res.describe()}\n=== server log:\n{srv.log_text()}\n" + \
+              f"=== SOVIA_STAT_LOG:\n{self.stat_text()}"
+        self.assertIsNotNone(res.rc, "ftp still running after the abort" + ctx)
+        self.assertEqual(res.rc, 0, ctx)
+        self.assertEqual(len(res.replies(426)), 1, "426 for the aborted transfer" + ctx)
+        self.assertIn("226 Abort successful", res.out, ctx)
+        pwd = [l for l in res.out.splitlines() if l.startswith("Remote directory: ")]
+        self.assertEqual(len(pwd), 1, "the answer to pwd after the abort" + ctx)
+        self.assertEqual(res.replies(221), ["221 Goodbye."], ctx)
+        rec = ftp_client.exit_record(self.statlog, res.pid)
+        if scenario == pt.BOTH and mode != "inetd-run":
+            self.assertIsNotNone(rec, ctx)
+            self.assertEqual(rec["carried"], 2, f"control and data carried: {rec}" + ctx)
+        pt.report(f"ftp abort {mode} {scenario}: {res.wall:.2f} s for the session")
+
+
 def add_cases():
     for mode in ftp_server.MODES:
         for scenario in pt.SCENARIOS:
@@ -163,6 +201,12 @@ def add_cases():
 
 
 add_cases()
+for _mode in ftp_server.MODES:
+    setattr(FtpAbort, f"test_abort_{_mode.replace('-', '_')}_both",
+            lambda self, m=_mode: self.abort(m, pt.BOTH))
+for _scenario in (pt.CLIENT_ONLY, pt.SERVER_ONLY):
+    setattr(FtpAbort, f"test_abort_standalone_{_scenario.replace('-', '_')}",
+            lambda self, s=_scenario: self.abort("standalone", s))
 
 if __name__ == "__main__":
     try:

@@ -418,6 +418,8 @@ static const struct scenario scenarios[] = {
     {"type_6", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(6, 0), 0}},
     /* REDIRECT (a ticket) is for a `sovia run` client before its pairing only. */
     {"redirect_to_server", hs_sc_packet, XP_BREAK, NULL, {6u | 12345u << 3, 0}},
+    /* The urgent flag (bit 3) is DATA's only. */
+    {"urgent_flag_on_fin", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(HS_FIN, 0) | 8u, 0}},
     {"type_7_payload", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(7, 0), 10}},
     {"ack_count_over", hs_sc_packet, XP_BREAK, NULL, {HS_ACK, UINT32_MAX}},
     {"data_acks_max", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(HS_DATA, 0xffff), 10}},

@@ -1,7 +1,9 @@
 /*
  * recv_flags: reads smaller than what is there, MSG_PEEK, MSG_WAITALL,
  * MSG_DONTWAIT / O_NONBLOCK on an empty socket, readv / writev scatter-gather
- * byte-exact, MSG_MORE, MSG_OOB (EOPNOTSUPP) - docs/SOCKETS.md "Data".
+ * byte-exact, MSG_MORE, MSG_OOB (TCP urgent data: the read stops at the
+ * mark, recv(MSG_OOB) takes the byte once, POLLPRI until then; with
+ * SO_OOBINLINE the byte stays in band) - docs/SOCKETS.md "Data".
  *
  * "What is there": before checking exact return counts the reader peeks
  * until the whole message is visible, so a recv of k bytes with n >= k
@@ -12,6 +14,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -366,12 +369,57 @@ static void vec_reader(int fd, int chan)
     free(all);
 }
 
-/* ---- MSG_MORE, MSG_OOB, zero-length send ------------------------------------ */
+/* ---- MSG_OOB -------------------------------------------------------------- */
+
+/* "ab", urgent "XY", "cd"; twice: the reader reads the second in band. */
+static void oob_writer(int fd, int chan)
+{
+    for (int round = 0; round < 2; round++) {
+        CHECK_EQ(SYS(sov_send(fd, "ab", 2, 0)), 2);
+        CHECK_EQ(SYS(sov_send(fd, "XY", 2, MSG_OOB)), 2);
+        CHECK_EQ(SYS(sov_send(fd, "cd", 2, 0)), 2);
+        s_want(chan, 'o');
+    }
+}
+
+static void oob_reader(int fd, int chan)
+{
+    char buf[16], c = 0;
+    for (int round = 0; round < 2; round++) {
+        int inl = round;
+        SYS(sov_setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &inl, sizeof inl));
+        int got = -1;
+        socklen_t len = sizeof got;
+        SYS(sov_getsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &got, &len));
+        CHECK_EQ(got, inl);
+        struct pollfd p = {.fd = fd, .events = POLLPRI};
+        CHECK_EQ(SYS(sov_poll(&p, 1, 5000)), 1);
+        CHECK(p.revents & POLLPRI);
+        /* POLLPRI: the urgent byte is here, so are the bytes before it
+         * (a peek stops at the mark too). */
+        CHECK_EQ(SYS(sov_recv(fd, buf, sizeof buf, MSG_PEEK)), 3);
+        CHECK_EQ(SYS(sov_recv(fd, buf, sizeof buf, 0)), 3); /* stops at the mark */
+        CHECK(memcmp(buf, "abX", 3) == 0);
+        if (!inl) {
+            CHECK_EQ(SYS(sov_recv(fd, &c, 1, MSG_OOB)), 1);
+            CHECK_EQ(c, 'Y');
+            CHECK_ERR(sov_recv(fd, &c, 1, MSG_OOB), EINVAL); /* taken */
+            CHECK_EQ(SYS(sov_poll(&p, 1, 0)), 0);
+        } else {
+            CHECK_ERR(sov_recv(fd, &c, 1, MSG_OOB), EINVAL); /* in band */
+        }
+        s_recv_all(fd, buf, 2 + inl);
+        CHECK(memcmp(buf, inl ? "Ycd" : "cd", 2 + inl) == 0);
+        s_tok(chan, 'o');
+    }
+    s_recv_eof(fd);
+}
+
+/* ---- MSG_MORE, zero-length send --------------------------------------------- */
 
 static void more_writer(int fd, int chan)
 {
     char c = 'q';
-    CHECK_ERR(sov_send(fd, &c, 1, MSG_OOB), EOPNOTSUPP);
     CHECK_EQ(SYS(sov_send(fd, &c, 0, 0)), 0);
     CHECK_EQ(SYS(sov_send(fd, "ab", 2, MSG_MORE)), 2);
     CHECK_EQ(SYS(sov_send(fd, "cd", 2, MSG_MORE)), 2);
@@ -407,6 +455,7 @@ int main(void)
     run("waitall", waitall_reader, waitall_writer);
     run("dontwait", dontwait_reader, dontwait_writer);
     run("readv_writev", vec_reader, vec_writer);
-    run("more_oob", more_reader, more_writer);
+    run("oob", oob_reader, oob_writer);
+    run("more", more_reader, more_writer);
     s_pass();
 }

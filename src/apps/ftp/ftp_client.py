@@ -92,6 +92,37 @@ def run_client(server, commands, cwd, sovia=None, passive=True, remote_dir=None,
                         err.decode(errors="replace"), time.monotonic() - t0)
 
 
+def run_abort(server, remote_file, cwd, sovia=None, passive=True, remote_dir=None, env=None,
+              after_s=0.5, timeout=20):
+    """`get remote_file /dev/null`, interrupted (SIGINT, as Ctrl-C) after
+    after_s seconds: ftp sends ABOR with TCP urgent data (Telnet IP, then
+    the data mark urgent), ftpd takes SIGURG and answers 426 and 226; then
+    `pwd` and `quit` on the same control connection. ClientResult (rc None:
+    killed at timeout)."""
+    argv = sovia_run(sovia, None, [FTP, "-n", "-v", "127.0.0.1", str(server.port)])
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    e.update(env or {})
+    text = script(server, [f"get {remote_file} /dev/null"], passive, remote_dir)
+    text = text[:text.rindex("quit\n")]
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, cwd=cwd, env=e, start_new_session=True)
+    try:
+        p.stdin.write(text.encode())
+        p.stdin.flush()
+        time.sleep(after_s)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(b"pwd\nquit\n", timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        rc = None
+    return ClientResult(argv, p.pid, rc, out.decode(errors="replace"),
+                        err.decode(errors="replace"), time.monotonic() - t0)
+
+
 def exit_record(log, pid):
     """The SOVIA_STAT_LOG record (src/preload/exitlog.c) of pid, or None."""
     try:
