@@ -231,6 +231,8 @@ struct sov_sock {
     struct sov_sock *next_closing; /* the close thread's list (and the pool) */
     struct sov_sock *next_timed;   /* the combining timer's list */
     struct sov_sock *next_pairing; /* the service thread's pairing list */
+    struct sov_sock *next_forking; /* locked across fork() (sov_before_fork) */
+    bool forking;
     bool in_pairing;
     bool timed;
     uint64_t close_deadline_ns;
