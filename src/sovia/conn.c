@@ -653,14 +653,14 @@ static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch, uint32_t tic
     bool redirected = taken.conn && ticket && ticket <= REDIRECT_TICKET_MAX &&
                       post(taken.conn, PKT_REDIRECT, ticket << REDIRECT_TICKET_SHIFT, NULL, 0,
                            0) == 0;
+    if (redirected) /* the answer first: the claimant's accept() waits for it */
+        accept_claim(ch);
+    else
+        VipConnectReject(ch);
     if (taken.conn)
         pending_drop(&taken);
     if (token >= 0)
         VipxFdClose(token);
-    if (redirected)
-        accept_claim(ch);
-    else
-        VipConnectReject(ch);
 }
 
 static void *connection_thread(void *arg)
