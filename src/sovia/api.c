@@ -499,7 +499,7 @@ void sov_after_fork_parent(void)
     pthread_mutex_unlock(&sov_g.lock);
     sov_table_fork_lock(false);
     fork_unlock_sockets();
-    sov_shared_forked();
+    sov_shared_forked(false);
 }
 
 /* In a forked child: the parent's threads are gone; they start again when
@@ -529,7 +529,7 @@ void sov_after_fork_child(void)
         if (s && s->conn && !s->conn->rec)
             s->conn->early_len = 0;
     }
-    sov_shared_forked();
+    sov_shared_forked(true);
     if (sov_g.nic && atomic_load(&sov_g.open_conns))
         VipxNicAfterFork(sov_g.nic);
     else if (sov_g.nic) /* the parent's listening must not outlive it here */

@@ -15,11 +15,18 @@
  * connection is reset for everyone.
  *
  * Once every other holder has let go, the last one drops the record and
- * goes back to its private fast path. Holders that die without closing
- * (SIGKILL) are not counted down: the survivors stay on the record, which
- * is slower but correct.
+ * goes back to its private fast path. Holders that leave without closing
+ * (SIGKILL, _exit) are counted down too: each holder's pid sits in the
+ * record, and a section looks for pids gone every REAP_NS. A holder clears
+ * its own pid before it counts itself down, and a survivor counts one down
+ * only if it clears the pid itself, so none is counted twice. A child
+ * adds its pid in its fork handler: one killed before it ran that (within
+ * microseconds of the fork), holders beyond REC_PIDS, or a fork that
+ * failed after it counted, are never counted down: the survivors stay on
+ * the record, slower but correct.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -53,6 +60,9 @@ struct rec_state {
 
 _Static_assert(sizeof(struct rec_state) == 72 + sizeof(VIPX_STATE), "no padding");
 
+#define REC_PIDS 16
+#define REAP_NS 10000000u
+
 struct sov_rec {
     uint32_t magic;
     uint32_t nrecv; /* the connection's geometry, fixed */
@@ -60,6 +70,7 @@ struct sov_rec {
     _Atomic uint32_t holders; /* processes holding the connection */
     _Atomic uint32_t version; /* bumped by every section that changed it */
     uint32_t reserved[3];
+    _Atomic int32_t pids[REC_PIDS]; /* the holders' (0: a free slot) */
     struct rec_state st;
     /* 2 words per unread buffer (index, length), then the arena offset of
      * each posted receive: 3 * nrecv words at most. Then the early area: a
@@ -87,9 +98,26 @@ static uint8_t *early_area(const struct sov_conn *c)
 
 /* ---- The record's lock ------------------------------------------------------ */
 
+/* A zombie is gone too: it holds nothing, and its parent may never wait
+ * for it. */
 static bool pid_gone(int32_t pid)
 {
-    return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+    if (pid <= 0)
+        return false;
+    if (kill(pid, 0) != 0)
+        return errno == ESRCH;
+    char path[32], buf[96];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    VipxFdCreateBegin(); /* one of ours: safe from the program's stale close() */
+    int fd = VipxFdAdopt(open(path, O_RDONLY | O_CLOEXEC));
+    VipxFdCreateEnd();
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    VipxFdClose(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    const char *end = strrchr(buf, ')'); /* the name may hold anything */
+    return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
 }
 
 /* False: the holder died inside its section (we hold the lock now). */
@@ -300,6 +328,39 @@ static void unmap(struct sov_conn *c)
     c->rec_fd = -1;
 }
 
+/* ---- Holders ------------------------------------------------------------------ */
+
+static void pid_add(struct sov_rec *r, int32_t pid)
+{
+    for (unsigned i = 0; i < REC_PIDS; i++) {
+        int32_t free_slot = 0;
+        if (atomic_compare_exchange_strong(&r->pids[i], &free_slot, pid))
+            return;
+    }
+}
+
+static bool pid_clear(struct sov_rec *r, int32_t pid)
+{
+    for (unsigned i = 0; i < REC_PIDS; i++) {
+        int32_t was = pid;
+        if (atomic_compare_exchange_strong(&r->pids[i], &was, 0))
+            return true;
+    }
+    return false;
+}
+
+/* Counts down the holders that left without a word (caller holds the
+ * record's lock, so it is not one of them). */
+static void reap_holders(struct sov_rec *r)
+{
+    for (unsigned i = 0; i < REC_PIDS; i++) {
+        int32_t pid = atomic_load(&r->pids[i]);
+        if (pid > 0 && pid != (int32_t)sov_g.pid && pid_gone(pid) &&
+            atomic_compare_exchange_strong(&r->pids[i], &pid, 0))
+            atomic_fetch_sub(&r->holders, 1);
+    }
+}
+
 void sov_shared_enter(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
@@ -320,6 +381,14 @@ void sov_shared_enter(struct sov_sock *s)
                 sov_conn_abort(c);
         }
         c->rec_seen = atomic_load_explicit(&r->version, memory_order_relaxed);
+    }
+    /* The clock once every 64 sections: a section is a fraction of a µs. */
+    if (atomic_load(&r->holders) > 1 && (++c->rec_sections & 63) == 0) {
+        uint64_t now = sov_now_ns();
+        if (now - c->rec_reaped_ns > REAP_NS) {
+            c->rec_reaped_ns = now;
+            reap_holders(r);
+        }
     }
     if (atomic_load(&r->holders) <= 1 && early_from_record(c)) {
         /* Everyone else let go: our copy is the connection again. */
@@ -369,6 +438,7 @@ int sov_shared_begin(struct sov_sock *s, unsigned holders)
     r->nrecv = c->nrecv;
     atomic_store(&r->holders, holders);
     atomic_store(&r->version, 1);
+    pid_add(r, (int32_t)sov_g.pid); /* the child adds itself (sov_shared_forked) */
     c->rec = r;
     c->rec_fd = fd;
     c->rec_len = len;
@@ -406,6 +476,7 @@ void sov_shared_drop(struct sov_conn *c)
 {
     if (!c->rec)
         return;
+    pid_clear(c->rec, (int32_t)sov_g.pid); /* first: see reap_holders */
     atomic_fetch_sub(&c->rec->holders, 1);
     unmap(c);
 }
@@ -418,11 +489,14 @@ void sov_shared_fork(struct sov_conn *c)
     c->rec_forking = true;
 }
 
-void sov_shared_forked(void)
+void sov_shared_forked(bool child)
 {
     for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {
         struct sov_sock *s = sov_lookup(fd);
-        if (s && s->conn)
-            s->conn->rec_forking = false;
+        if (!s || !s->conn)
+            continue;
+        if (child && s->conn->rec && s->conn->rec_forking) /* once per connection */
+            pid_add(s->conn->rec, (int32_t)sov_g.pid);
+        s->conn->rec_forking = false;
     }
 }

@@ -160,6 +160,8 @@ struct sov_conn {
     size_t rec_len;
     uint32_t rec_seen;  /* the record's version this copy matches */
     bool rec_forking;   /* counted once for the fork under way */
+    uint64_t rec_reaped_ns; /* when we last looked for holders gone (shared.c) */
+    uint32_t rec_sections;
     /* sovia run: bytes an accepted connection was given before the client
      * answered our WAKEUP (a kernel socket takes them at once). They go as
      * the first DATA when it pairs, or to the kernel socket if the client
@@ -382,7 +384,7 @@ int sov_shared_begin(struct sov_sock *s, unsigned holders);
 int sov_shared_attach(struct sov_conn *c, int fd);
 void sov_shared_drop(struct sov_conn *c);
 void sov_shared_fork(struct sov_conn *c);
-void sov_shared_forked(void); /* after fork, in both processes */
+void sov_shared_forked(bool child); /* after fork, in both processes */
 int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,
                     VIP_MEM_HANDLE mh);
 int sov_post_urgent(struct sov_conn *c, const void *data, uint32_t len, VIP_MEM_HANDLE mh);

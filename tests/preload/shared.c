@@ -17,10 +17,15 @@
  *  - early_writers: a client writes, forks, its child writes, the parent
  *    writes again, all before the server accepts; the server reads the
  *    three in that order (bytes held until the pairing are the
- *    connection's, not one process's: the child's were lost before).
+ *    connection's, not one process's: the child's were lost before);
+ *  - killed_holder: the child holding the connection is killed (SIGKILL,
+ *    left a zombie): the parent's record goes within 2 s, back to the
+ *    private fast path (before, it stayed on the record for good).
  * Every case is byte-exact and must stay carried. PRELOAD_TEST_KERNEL=1
  * checks the same expectations on kernel TCP.
  */
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -329,6 +334,56 @@ static void early_client(struct p_role *r)
     SYS(close(fd));
 }
 
+/* ---- A holder gone without a word (SIGKILL) ---------------------------------- */
+
+/* Does this process map a shared connection's record (docs/ARCHITECTURE.md,
+ * "Fork": a memfd named sovia-shared)? */
+static bool record_mapped(void)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    CHECK(f != NULL);
+    char line[512];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, "sovia-shared") != NULL;
+    fclose(f);
+    return found;
+}
+
+static void killed_holder_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    exchange(fd, 0);
+    int born[2];
+    SYS(pipe(born));
+    pid_t pid = fork_holder();
+    if (pid == 0) {
+        SYS(write(born[1], "b", 1)); /* past fork(): its handlers ran */
+        for (;;)
+            pause(); /* holds the connection, never uses it */
+    }
+    char b;
+    CHECK_EQ(read(born[0], &b, 1), 1);
+    exchange(fd, 1);
+    bool sovia = !p_kernel_mode();
+    if (sovia && !record_mapped())
+        FAILF("no record while the child holds the connection");
+    SYS(kill(pid, SIGKILL)); /* not waited for yet: a zombie */
+    int i = 2;
+    for (double t0 = p_now_ms(); sovia && record_mapped() && p_now_ms() - t0 < 2000; i++) {
+        exchange(fd, i);
+        p_sleep_ms(1);
+    }
+    if (sovia && record_mapped())
+        FAILF("the record stayed 2 s after the other holder was killed");
+    for (int k = 0; k < ROUNDS; k++)
+        exchange(fd, i + k);
+    int st;
+    CHECK_EQ(SYS(waitpid(pid, &st, 0)), pid);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    end_stream(fd);
+}
+
 int main(void)
 {
     p_init("shared");
@@ -339,11 +394,13 @@ int main(void)
         p_case_skip("concurrent_readers", "ASan: forked children start threads");
         p_case_skip("concurrent_writers", "ASan: forked children start threads");
         p_case_skip("early_writers", "ASan: forked children start threads");
+        p_case_skip("killed_holder", "ASan: forked children start threads");
     } else {
         p_case("split_directions", echo_server, split_client, P_CARRIED);
         p_case("concurrent_readers", record_server, readers_client, P_CARRIED);
         p_case("concurrent_writers", records_check_server, writers_client, P_CARRIED);
         p_case("early_writers", early_server, early_client, P_CARRIED);
+        p_case("killed_holder", echo_server, killed_holder_client, P_CARRIED);
     }
     return p_done();
 }
