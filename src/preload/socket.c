@@ -514,7 +514,7 @@ PRELOAD_EXPORT int setsockopt(int fd, int level, int name, const void *val, sock
     int rc = real.setsockopt(fd, level, name, val, len);
     /* The options that change sovia's own behaviour follow the kernel's. */
     bool mirrored = (level == IPPROTO_TCP && name == TCP_NODELAY) ||
-                    (level == SOL_SOCKET && name == SO_LINGER);
+                    (level == SOL_SOCKET && (name == SO_LINGER || name == SO_OOBINLINE));
     if (rc == 0 && mirrored && carried(fd)) {
         int saved = errno;
         sov_setsockopt(fd, level, name, val, len);

@@ -9,7 +9,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -102,27 +101,12 @@ void sov_repost_deferred(struct sov_conn *c)
 
 /* ---- Urgent data (MSG_OOB), as TCP's ------------------------------------------- */
 
-bool sov_oob_inline(struct sov_sock *s)
+size_t sov_readable(const struct sov_sock *s)
 {
-    if (!s->transparent)
-        return s->oobinline;
-    int on = 0; /* the program set it on its kernel socket */
-    socklen_t len = sizeof(on);
-    return getsockopt(s->fd, SOL_SOCKET, SO_OOBINLINE, &on, &len) == 0 && on;
-}
-
-/* An urgent byte the reader has reached and will not read in band. */
-static bool urgent_passed_over(struct sov_sock *s, const struct sov_conn *c)
-{
-    return c->urg && c->urg_ahead == 0 && !sov_oob_inline(s);
-}
-
-size_t sov_readable(struct sov_sock *s)
-{
-    struct sov_conn *c = s->conn;
+    const struct sov_conn *c = s->conn;
     if (!c || !c->rx_bytes)
         return 0;
-    return c->rx_bytes - (c->urg && !sov_oob_inline(s));
+    return c->rx_bytes - (c->urg && !s->oobinline);
 }
 
 static size_t copy_out(struct sov_conn *c, const struct iovec *iov, int iovcnt, size_t at,
@@ -132,7 +116,7 @@ static size_t copy_out(struct sov_conn *c, const struct iovec *iov, int iovcnt, 
  * mark's byte never reads it (Linux drops it, tcp_check_urg). */
 static void urgent_arriving(struct sov_sock *s, struct sov_conn *c)
 {
-    if (urgent_passed_over(s, c))
+    if (c->urg && c->urg_ahead == 0 && !s->oobinline)
         copy_out(c, NULL, 0, 0, 1, 0, false);
 }
 
@@ -729,7 +713,7 @@ static size_t read_step(struct sov_sock *s, struct sov_conn *c, const struct iov
     if (c->urg && c->urg_ahead == 0) {
         if (got)
             return 0;
-        skip = !sov_oob_inline(s);
+        skip = !s->oobinline;
     } else if (c->urg && max > c->urg_ahead) {
         max = c->urg_ahead;
     }
@@ -746,7 +730,7 @@ static ssize_t recv_urgent(struct sov_sock *s, const struct iovec *iov, int iovc
         return -EINVAL;
     sov_progress(s);
     struct sov_conn *c = s->conn;
-    if (!c->urg_valid || sov_oob_inline(s))
+    if (!c->urg_valid || s->oobinline)
         return -EINVAL;
     if (!(flags & MSG_PEEK))
         c->urg_valid = false;
@@ -779,7 +763,7 @@ ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
         if (c->clen)
             sov_flush(s, false); /* condition (4): recv() sends what is combined */
         c = s->conn;
-        if (c->rx_bytes && !s->rd_shut && (!c->urg || sov_readable(s))) {
+        if (sov_readable(s) && !s->rd_shut) {
             got += read_step(s, c, iov, iovcnt, got, want, peek);
             bool at_mark = c->urg && c->urg_ahead == 0;
             if (got == want || (got && (!waitall || at_mark)))

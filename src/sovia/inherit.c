@@ -40,7 +40,7 @@ struct inh_conn {
     int32_t names[INHERIT_NAMES];
     uint32_t nnames;
     int32_t domain;
-    uint8_t nonblock, nodelay, keepalive, rd_shut;
+    uint8_t nonblock, nodelay, keepalive, rd_shut, oobinline;
     struct linger linger;
     int32_t sndbuf;
     struct sockaddr_storage local, peer;
@@ -151,6 +151,7 @@ static bool export_conn(struct sov_handoff *h, struct sov_sock *s, const int32_t
     r.domain = s->domain;
     r.nonblock = s->nonblock;
     r.nodelay = s->nodelay;
+    r.oobinline = s->oobinline;
     r.keepalive = s->keepalive;
     r.rd_shut = s->rd_shut;
     r.linger = s->linger;
@@ -338,6 +339,7 @@ static void restore_sock(struct sov_sock *s, struct sov_conn *c, const struct in
     s->conn = c;
     s->cfg = r->sock_cfg;
     s->nodelay = r->nodelay;
+    s->oobinline = r->oobinline;
     s->keepalive = r->keepalive;
     s->rd_shut = r->rd_shut;
     s->linger = r->linger;

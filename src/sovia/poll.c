@@ -42,7 +42,7 @@ short sov_sock_revents(struct sov_sock *s, short events)
         if (c->clen) /* nor hold combined bytes back while the program waits */
             sov_flush(s, false);
         /* An urgent byte passed over in band is not something to read. */
-        if ((c->urg ? sov_readable(s) : c->rx_bytes) || c->peer_fin || c->reset || s->rd_shut)
+        if (sov_readable(s) || c->peer_fin || c->reset || s->rd_shut)
             r |= POLLIN | POLLRDNORM;
         if (c->urg_valid)
             r |= POLLPRI; /* urgent data not taken yet (in band too, as TCP's) */

@@ -339,14 +339,13 @@ static void pid_add(struct sov_rec *r, int32_t pid)
     }
 }
 
-static bool pid_clear(struct sov_rec *r, int32_t pid)
+static void pid_clear(struct sov_rec *r, int32_t pid)
 {
     for (unsigned i = 0; i < REC_PIDS; i++) {
         int32_t was = pid;
         if (atomic_compare_exchange_strong(&r->pids[i], &was, 0))
-            return true;
+            return;
     }
-    return false;
 }
 
 /* Counts down the holders that left without a word (caller holds the

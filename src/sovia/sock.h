@@ -52,7 +52,7 @@ static inline uint32_t pkt_imm(enum sov_pkt type, uint32_t acks)
 #define WAKEUP_FIELD_MASK 0xfffu
 #define WAKEUP_RESERVED_MASK 0xf8u /* bits 3-7 */
 
-/* REDIRECT: the process that accepted the kernel connection (its pid) */
+/* REDIRECT: the ticket of the process that accepted the kernel connection */
 #define REDIRECT_TICKET_SHIFT 3
 #define REDIRECT_TICKET_MAX 0x1fffffffu
 
@@ -219,7 +219,7 @@ struct sov_sock {
     /* options */
     bool nodelay, reuseaddr, keepalive;
     struct linger linger;
-    bool oobinline; /* SO_OOBINLINE (sov_* sockets; sovia run asks the kernel socket) */
+    bool oobinline; /* SO_OOBINLINE (under sovia run, the kernel socket's, mirrored) */
     /* sovia run: the program named an owner for SIGURG (F_SETOWN): the
      * service thread handles its packets while the program is elsewhere,
      * as the kernel signals urgent data whatever the program does. */
@@ -410,8 +410,7 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d);
 int sov_conn_wakeup(struct sov_conn *c, VIP_DESCRIPTOR *d);
 ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags);
 ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags);
-bool sov_oob_inline(struct sov_sock *s);
-size_t sov_readable(struct sov_sock *s); /* unread in-band bytes (not a passed-over urgent byte) */
+size_t sov_readable(const struct sov_sock *s); /* unread in-band bytes (not a passed-over urgent byte) */
 int sov_flush(struct sov_sock *s, bool may_block);
 int sov_send_fin(struct sov_sock *s);
 void sov_repost_deferred(struct sov_conn *c);

@@ -179,7 +179,7 @@ struct sov_sock *sov_sock_adopt(int fd, int domain, bool nonblock)
     s->rd_shut = s->app_closed = s->bound = s->transparent = s->tp_waiting = false;
     s->in_pairing = false;
     s->nfds = 1;
-    s->nodelay = s->reuseaddr = s->keepalive = false;
+    s->nodelay = s->reuseaddr = s->keepalive = s->oobinline = s->owned = false;
     s->linger = (struct linger){0, 0};
     s->sndbuf = 212992;
     s->so_error = 0;

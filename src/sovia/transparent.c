@@ -99,6 +99,9 @@ static void inherit_options(struct sov_sock *s)
     socklen_t len = sizeof(on);
     if (getsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &on, &len) == 0)
         s->nodelay = on != 0;
+    len = sizeof(on); /* accepted sockets inherit it from the listener */
+    if (getsockopt(s->fd, SOL_SOCKET, SO_OOBINLINE, &on, &len) == 0)
+        s->oobinline = on != 0;
     len = sizeof(s->linger);
     if (getsockopt(s->fd, SOL_SOCKET, SO_LINGER, &s->linger, &len) != 0)
         s->linger = (struct linger){0, 0};

@@ -13,6 +13,8 @@
  *   - urgent_inline: with SO_OOBINLINE the urgent byte stays in the stream:
  *     recv(MSG_OOB) says EINVAL, a read still stops at the mark ("abX"),
  *     and the next one reads "Ycd".
+ *   - urgent_inline_inherited: the same with SO_OOBINLINE set on the
+ *     listening socket, which the accepted one inherits.
  *   - urgent_peek: MSG_PEEK stops at the mark too, and at the mark peeks
  *     past the urgent byte ("cd"), which the next read then takes.
  *   - urgent_replaced: a second urgent byte before the reader came to the
@@ -148,11 +150,16 @@ static void urgent_byte_server(struct p_role *r)
 
 /* ---- urgent_inline -------------------------------------------------------- */
 
+static bool inline_on_listener; /* set before accept(), which inherits it */
+
 static void urgent_inline_server(struct p_role *r)
 {
-    int fd = accept_owned(r);
     int on = 1;
-    SYS(setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &on, sizeof on));
+    if (inline_on_listener)
+        SYS(setsockopt(r->lfd, SOL_SOCKET, SO_OOBINLINE, &on, sizeof on));
+    int fd = accept_owned(r);
+    if (!inline_on_listener)
+        SYS(setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &on, sizeof on));
     p_barrier(r);
     p_barrier(r);
     await_urgent(fd); /* POLLPRI in band too */
@@ -167,6 +174,12 @@ static void urgent_inline_server(struct p_role *r)
 }
 
 /* ---- urgent_peek ---------------------------------------------------------- */
+
+static void inherited_inline_server(struct p_role *r)
+{
+    inline_on_listener = true;
+    urgent_inline_server(r);
+}
 
 static void urgent_peek_server(struct p_role *r)
 {
@@ -227,6 +240,7 @@ int main(void)
     p_init("urgent");
     p_case("urgent_byte", urgent_byte_server, abxycd_client, P_CARRIED);
     p_case("urgent_inline", urgent_inline_server, abxycd_client, P_CARRIED);
+    p_case("urgent_inline_inherited", inherited_inline_server, abxycd_client, P_CARRIED);
     p_case("urgent_peek", urgent_peek_server, abxycd_client, P_CARRIED);
     p_case("urgent_replaced", replaced_server, replaced_client, P_CARRIED);
     return p_done();
