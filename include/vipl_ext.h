@@ -92,15 +92,25 @@ VIP_RETURN VipxSetWaitSpin(VIP_NIC_HANDLE NicHandle, VIP_ULONG Microseconds);
 
 /*
  * Waiting on a CQ together with other descriptors (poll, epoll):
- * VipxCQWaitFd gives a descriptor that becomes readable when a completion
- * may have arrived while the CQ is armed. Arm, check for completions, poll,
- * then disarm:
+ * VipxCQPollFds gives two descriptors to poll for POLLIN: the CQ's, readable
+ * when a completion may have arrived while the CQ is armed, and the calling
+ * thread's own doorbell (-1 if it has none), and the longest one poll may
+ * last (ms, -1: no limit): short when a wake-up may be lost (no doorbell),
+ * 100 for an inheritable CQ, whose armed page a peer could write.
+ * Arm, check for completions, poll, then disarm:
  *     VipxCQArm(cq, VIP_TRUE); if (nothing ready) poll(...); VipxCQArm(cq, VIP_FALSE);
- * Arms count (several threads may arm at once): pair each arm with one
- * disarm; a disarm with nothing armed does nothing.
+ * The disarm drains the CQ's descriptor and rings the doorbells of the
+ * process's other sleeping threads, so a wake-up one thread takes reaches
+ * the others. Arms count (several threads may arm at once): pair each arm
+ * with one disarm, in the same thread; a disarm with nothing armed does
+ * nothing. VipxCQWaitFd gives the CQ's descriptor alone (a single waiting
+ * thread needs nothing else). VipxWakeWaiters rings every sleeping thread
+ * of the process (a library's own threads telling its waiters to look).
  */
 VIP_RETURN VipxCQWaitFd(VIP_CQ_HANDLE CQHandle, int *Fd);
+VIP_RETURN VipxCQPollFds(VIP_CQ_HANDLE CQHandle, int Fds[2], int *MaxSleepMs);
 VIP_RETURN VipxCQArm(VIP_CQ_HANDLE CQHandle, VIP_BOOLEAN Arm);
+VIP_RETURN VipxWakeWaiters(void);
 
 /*
  * Explicit listening. VipxListen makes LocalAddr's discriminator accept

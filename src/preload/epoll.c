@@ -694,8 +694,7 @@ static int wait_active(int epfd, struct epset *s, struct epoll_event *out, int m
             atomic_fetch_sub(&s->sleepers, 1);
             break;
         }
-        int cap = pending ? 2 : 20;
-        int slice = left_ms < 0 || left_ms > cap ? cap : (int)left_ms;
+        int slice = pending && (left_ms < 0 || left_ms > 2) ? 2 : (int)left_ms;
         struct pollfd p[3] = {{.fd = epfd, .events = POLLIN}};
         int rc = sov_poll_doze(p, 1, slice, &sig);
         atomic_fetch_sub(&s->sleepers, 1);

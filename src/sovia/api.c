@@ -17,8 +17,6 @@
 struct sov_global sov_g = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .service_cond = PTHREAD_COND_INITIALIZER,
-    .cq_fd = -1,
-    .event_fd = -1,
 };
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -31,12 +29,10 @@ uint64_t sov_now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* Every thread of this process asleep in a sovia wait looks again. */
 void sov_signal_event(void)
 {
-    uint64_t one = 1;
-    if (sov_g.event_fd >= 0 && write(sov_g.event_fd, &one, sizeof(one)) < 0) {
-        /* the counter is saturated: pollers are awake anyway */
-    }
+    VipxWakeWaiters();
 }
 
 void sov_wake_waiters(struct sov_sock *s)
@@ -69,13 +65,9 @@ static void do_init(void)
     else
         cq = VipxCreateCQ(sov_g.nic, 65536, sov_g.inheritable ? VIPX_CQ_INHERITABLE : 0, &sov_g.cq);
     sov_g.inherited_cq = NULL;
+    int fds[2], bound;
     if (VipCreatePtag(sov_g.nic, &sov_g.ptag) != VIP_SUCCESS || cq != VIP_SUCCESS ||
-        VipxCQWaitFd(sov_g.cq, &sov_g.cq_fd) != VIP_SUCCESS)
-        return;
-    VipxFdCreateBegin();
-    sov_g.event_fd = VipxFdAdopt(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    VipxFdCreateEnd();
-    if (sov_g.event_fd < 0)
+        VipxCQPollFds(sov_g.cq, fds, &bound) != VIP_SUCCESS)
         return;
     sov_g.pid = getpid();
     static bool handlers_installed; /* a forked child may initialize again */

@@ -138,6 +138,10 @@ static void *service_thread(void *arg)
     (void)arg;
     uint64_t close_poll_ms = 1;
     bool owned = false;
+    /* Its doorbell for sleeping on the CQ (a blocking flush at close) now,
+     * so the process's descriptors are settled once its threads are up. */
+    int fds[2], bound;
+    VipxCQPollFds(sov_g.cq, fds, &bound);
     pthread_mutex_lock(&sov_g.lock);
     for (;;) {
         bool closing = sov_g.closing != NULL, timed = sov_g.timed != NULL;

@@ -837,20 +837,27 @@ bool sov_accept_ready(struct sov_sock *s)
 }
 
 /* Takes the next accepted connection; blocks unless nonblock. The caller
- * does not hold s->lock. Sleeps in poll() on sovia's event descriptor (the
- * connection thread signals it), so a signal interrupts it: -EINTR. */
+ * does not hold s->lock. Sleeps in poll() on its thread's doorbell (the
+ * connection thread rings every sleeper: sov_wake_waiters), armed before
+ * it looks at the queue, so a signal interrupts it: -EINTR. */
 struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *peer,
                                  socklen_t *peer_len, bool nonblock, int *err)
 {
     for (;;) {
+        if (!nonblock)
+            VipxCQArm(sov_g.cq, VIP_TRUE);
         pthread_mutex_lock(&s->wait_lock);
         struct sov_listener *l = s->lst;
         if (!l || s->dead) {
             pthread_mutex_unlock(&s->wait_lock);
+            if (!nonblock)
+                VipxCQArm(sov_g.cq, VIP_FALSE);
             *err = -EINVAL;
             return NULL;
         }
         if (l->count) {
+            if (!nonblock)
+                VipxCQArm(sov_g.cq, VIP_FALSE);
             struct pending p = l->q[l->head];
             l->head = (l->head + 1) % l->cap;
             l->count--;
@@ -866,18 +873,13 @@ struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *pe
             *err = -EAGAIN;
             return NULL;
         }
-        /* Several threads may sleep here; the 50 ms slice covers one of them
-         * draining a signal meant for another. */
-        struct pollfd pfd = {.fd = sov_g.event_fd, .events = POLLIN};
-        if (poll(&pfd, 1, 50) < 0 && errno == EINTR) {
+        struct pollfd p[2];
+        int rc = poll(p, 2, sov_doze_fds(p, -1));
+        int e = errno;
+        VipxCQArm(sov_g.cq, VIP_FALSE);
+        if (rc < 0 && e == EINTR) {
             *err = -EINTR;
             return NULL;
-        }
-        if (pfd.revents & POLLIN) {
-            uint64_t v;
-            if (read(sov_g.event_fd, &v, sizeof(v)) < 0) {
-                /* another sleeper drained it */
-            }
         }
     }
 }

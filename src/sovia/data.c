@@ -290,16 +290,16 @@ int sov_progress(struct sov_sock *s)
 
 /* ---- Waiting ------------------------------------------------------------- */
 
-/* Sleeps until the CQ may have news for us (or a 20 ms slice passes: a
- * second waiter may have drained the shared wake-up). -EINTR on a signal. */
+/* Sleeps until the CQ may have news for us, or another thread of ours
+ * tells its sleepers to look (sov_signal_event). -EINTR on a signal. */
 static int block_on_cq(struct sov_sock *s)
 {
     VipxCQArm(sov_g.cq, VIP_TRUE);
     int n = sov_progress(s);
     if (n == 0) {
         sov_sock_unlock(s);
-        struct pollfd pfd = {.fd = sov_g.cq_fd, .events = POLLIN};
-        int rc = poll(&pfd, 1, 20);
+        struct pollfd p[2];
+        int rc = poll(p, 2, sov_doze_fds(p, -1));
         int err = rc < 0 ? errno : 0;
         sov_sock_lock(s);
         VipxCQArm(sov_g.cq, VIP_FALSE);
@@ -377,13 +377,15 @@ static int wait_credit(struct sov_sock *s, bool nonblock)
     uint64_t spun = 0;
     bool stalled = false;
     while (c->credits == 0) {
+        sov_progress(s);
+        if (c->credits)
+            break;
+        /* After the progress: it may have found the end (a sleep now would
+         * wait for a wake-up that already came). */
         if (c->reset)
             return -ECONNRESET;
         if (c->peer_gone)
             return -EPIPE;
-        sov_progress(s);
-        if (c->credits)
-            break;
         if (nonblock)
             return -EAGAIN;
         if (!stalled) {

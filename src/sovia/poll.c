@@ -144,10 +144,18 @@ uint64_t sov_poll_spin_ns(void)
     return mode == SOV_WAIT_BLOCK ? 0 : mode == SOV_WAIT_POLL ? UINT64_MAX : (uint64_t)spin_us * 1000;
 }
 
+int sov_doze_fds(struct pollfd out[2], int ms)
+{
+    int fds[2] = {-1, -1}, bound = 1;
+    VipxCQPollFds(sov_g.cq, fds, &bound);
+    out[0] = (struct pollfd){.fd = fds[0], .events = POLLIN};
+    out[1] = (struct pollfd){.fd = fds[1], .events = POLLIN};
+    return bound >= 0 && (ms < 0 || ms > bound) ? bound : ms;
+}
+
 int sov_poll_doze(struct pollfd *kfds, nfds_t nk, int ms, const struct sov_sigwatch *w)
 {
-    kfds[nk] = (struct pollfd){.fd = sov_g.cq_fd, .events = POLLIN};
-    kfds[nk + 1] = (struct pollfd){.fd = sov_g.event_fd, .events = POLLIN};
+    ms = sov_doze_fds(&kfds[nk], ms);
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     const struct timespec *t = ms < 0 ? NULL : &ts;
     int rc;
@@ -169,12 +177,6 @@ int sov_poll_doze(struct pollfd *kfds, nfds_t nk, int ms, const struct sov_sigwa
         errno = err;
     } else {
         rc = kernel_ppoll(kfds, nk + 2, t, NULL);
-    }
-    if (rc > 0 && kfds[nk + 1].revents) {
-        uint64_t v;
-        if (read(sov_g.event_fd, &v, sizeof(v)) < 0) {
-            /* already drained by another poller */
-        }
     }
     return rc;
 }
@@ -249,8 +251,9 @@ int sov_poll_masked(struct pollfd *fds, nfds_t nfds, int timeout, const sigset_t
             VipxCQArm(sov_g.cq, VIP_FALSE);
             break;
         }
-        int max_slice = tentative ? 2 : 20;
-        int slice = left_ms < 0 || left_ms > max_slice ? max_slice : (int)left_ms;
+        /* A client awaiting its pairing looks at its timeout every 2 ms;
+         * everything else that can make a socket ready wakes us. */
+        int slice = tentative && (left_ms < 0 || left_ms > 2) ? 2 : (int)left_ms;
         int rc = sov_poll_doze(kfds, nk, slice, &sig);
         VipxCQArm(sov_g.cq, VIP_FALSE);
         if (rc < 0 && errno == EINTR) {

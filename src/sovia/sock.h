@@ -277,8 +277,6 @@ struct sov_global {
     VIP_NIC_HANDLE nic;
     VIP_PROTECTION_HANDLE ptag;
     VIP_CQ_HANDLE cq; /* every connection's receive queue reports here */
-    int cq_fd;        /* VipxCQWaitFd */
-    int event_fd;     /* eventfd: background threads signal sov_poll */
     struct sov_config cfg;
     pthread_mutex_t lock; /* config, closing list, service thread */
     pthread_cond_t service_cond;
@@ -326,7 +324,12 @@ int sov_table_set(int fd, struct sov_sock *s);  /* another name for s (dup) */
 bool sov_table_clear(int fd, struct sov_sock *s); /* removes one name */
 void sov_sock_free(struct sov_sock *s);
 uint64_t sov_now_ns(void);
-void sov_signal_event(void);
+void sov_signal_event(void); /* every sleeping thread looks again */
+/* A sleep's two descriptors after the caller's: the completion queue's and
+ * this thread's doorbell (VipxCQPollFds; the caller armed the CQ). Returns
+ * how long the sleep may last (ms, -1: no limit) given `ms`, shortened
+ * where a wake-up may be lost (VipxCQPollFds says). */
+int sov_doze_fds(struct pollfd out[2], int ms);
 /* The iovec send and receive behind sov_send/sov_recv & co.: -1 and errno. */
 ssize_t sov_sendv(int fd, const struct iovec *iov, int iovcnt, int flags);
 ssize_t sov_recvv(int fd, const struct iovec *iov, int iovcnt, int flags);

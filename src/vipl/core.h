@@ -45,9 +45,29 @@ void vipl_decode_desc(struct vipl_vi *vi, VIP_DESCRIPTOR *desc, VIP_MEM_HANDLE m
 typedef VIP_RETURN (*vipl_poll_fn)(void *obj, void *out1, void *out2);
 VIP_RETURN vipl_wait(void *obj, enum vipl_queue q, VIP_ULONG timeout_ms, vipl_poll_fn poll,
                      void *out1, void *out2);
+/* Arms the wake-up of queue q of obj (its CQ's, when it reports to one),
+ * looks once more with poll(parg, out1, out2) and sleeps unless that found
+ * something: poll's result, VIP_NOT_DONE after a wake-up, or VIP_TIMEOUT at
+ * the deadline. */
+VIP_RETURN vipl_sleep_once(void *obj, enum vipl_queue q, vipl_poll_fn poll, void *parg,
+                           void *out1, void *out2, const struct timespec *deadline);
 VIP_RETURN vipl_poll_send(void *obj, void *out1, void *out2);
 VIP_RETURN vipl_poll_recv(void *obj, void *out1, void *out2);
 VIP_RETURN vipl_poll_cq(void *obj, void *out1, void *out2);
+
+/* waiters.c: this process's threads asleep on CQs, each with a doorbell. */
+struct vipl_waiter;
+struct vipl_waiter *vipl_waiter_self(void); /* NULL: none to be had */
+int vipl_waiter_fd(const struct vipl_waiter *w);
+void vipl_waiter_arm(struct vipl_waiter *w);
+void vipl_waiter_disarm(struct vipl_waiter *w);
+void vipl_waiters_ring(const struct vipl_waiter *except); /* every sleeper but one */
+
+/* cq.c: a thread's sleep on a CQ (see waiters.c). */
+void vipl_cq_arm(struct vipl_cq *cq);
+void vipl_cq_disarm(struct vipl_cq *cq);
+/* How long one sleep may last (ms, -1: no limit), see cq_sleep_bound. */
+int vipl_cq_sleep_bound(struct vipl_cq *cq, int doorbell);
 
 /* notify.c */
 enum vipl_notify_kind { VIPL_NOTIFY_WQ, VIPL_NOTIFY_CQ };

@@ -1,4 +1,5 @@
 /* cq.c - completion queues. */
+#include <errno.h>
 #include <stdlib.h>
 
 #include "core.h"
@@ -42,6 +43,9 @@ VIP_RETURN vipl_cq_make(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCount, VIP_ULON
         return r;
     }
     cq->magic = VIPL_CQ_MAGIC;
+    /* The thread that makes a CQ is the likeliest to sleep on it: its
+     * doorbell is made now rather than at its first sleep. */
+    vipl_waiter_self();
     pthread_mutex_lock(&nic->lock);
     nic->n_cqs++;
     pthread_mutex_unlock(&nic->lock);
@@ -113,14 +117,62 @@ VIPL_EXPORT VIP_RETURN VipxCQWaitFd(VIP_CQ_HANDLE CQHandle, int *Fd)
     return VIP_SUCCESS;
 }
 
+void vipl_cq_arm(struct vipl_cq *cq)
+{
+    vipl_waiter_arm(vipl_waiter_self());
+    cq->nic->prov->wait_prepare(cq, VIPL_CQ);
+}
+
+/* errno is kept: callers look at their poll's after disarming. */
+void vipl_cq_disarm(struct vipl_cq *cq)
+{
+    int err = errno;
+    const struct vipl_provider *p = cq->nic->prov;
+    p->wait_finish(cq, VIPL_CQ);
+    struct vipl_waiter *w = vipl_waiter_self();
+    /* What woke us may have been meant for another sleeper as well. */
+    if (p->cq_wait_drain && p->cq_wait_drain(cq))
+        vipl_waiters_ring(w);
+    vipl_waiter_disarm(w);
+    errno = err;
+}
+
 VIPL_EXPORT VIP_RETURN VipxCQArm(VIP_CQ_HANDLE CQHandle, VIP_BOOLEAN Arm)
 {
     struct vipl_cq *cq = cq_of(CQHandle);
     if (!cq)
         return VIP_INVALID_PARAMETER;
     if (Arm)
-        cq->nic->prov->wait_prepare(cq, VIPL_CQ);
+        vipl_cq_arm(cq);
     else
-        cq->nic->prov->wait_finish(cq, VIPL_CQ);
+        vipl_cq_disarm(cq);
+    return VIP_SUCCESS;
+}
+
+int vipl_cq_sleep_bound(struct vipl_cq *cq, int doorbell)
+{
+    const struct vipl_provider *p = cq->nic->prov;
+    if (doorbell < 0)
+        return 1; /* another sleeper may take our wake-up */
+    return p->cq_sleep_bound ? p->cq_sleep_bound(cq) : -1;
+}
+
+VIPL_EXPORT VIP_RETURN VipxCQPollFds(VIP_CQ_HANDLE CQHandle, int Fds[2], int *MaxSleepMs)
+{
+    struct vipl_cq *cq = cq_of(CQHandle);
+    if (!cq || !Fds || !MaxSleepMs)
+        return VIP_INVALID_PARAMETER;
+    int fd = cq->nic->prov->cq_wait_fd(cq);
+    if (fd < 0)
+        return VIP_ERROR_NOT_SUPPORTED;
+    Fds[0] = fd;
+    Fds[1] = vipl_waiter_fd(vipl_waiter_self()); /* -1: poll() passes over it */
+    *MaxSleepMs = vipl_cq_sleep_bound(cq, Fds[1]);
+    return VIP_SUCCESS;
+}
+
+VIPL_EXPORT VIP_RETURN VipxWakeWaiters(void)
+{
+    vipl_waiters_ring(NULL);
     return VIP_SUCCESS;
 }

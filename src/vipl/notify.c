@@ -41,26 +41,27 @@ static VIP_RETURN poll_once(struct vipl_notify *n, void *out1, void *out2)
     }
 }
 
+/* poll_once, or a stop: looked at after arming, so the wake-up that
+ * vipl_notify_destroy sends after setting `stopping` is never missed. */
+static VIP_RETURN poll_or_stop(void *obj, void *out1, void *out2)
+{
+    struct vipl_notify *n = obj;
+    if (atomic_load(&n->stopping))
+        return VIP_INVALID_STATE;
+    return poll_once(n, out1, out2);
+}
+
 /* Blocks until a completion arrives (true) or the notify is being torn down. */
 static bool wait_completion(struct vipl_notify *n, void *out1, void *out2)
 {
-    const struct vipl_provider *prov = prov_of(n);
     for (;;) {
-        if (poll_once(n, out1, out2) != VIP_NOT_DONE)
-            return true;
-        uint32_t token = prov->wait_prepare(n->obj, n->q);
-        if (poll_once(n, out1, out2) != VIP_NOT_DONE) {
-            prov->wait_finish(n->obj, n->q);
-            return true;
-        }
-        if (atomic_load(&n->stopping)) {
-            prov->wait_finish(n->obj, n->q);
+        VIP_RETURN r = poll_or_stop(n, out1, out2);
+        if (r == VIP_NOT_DONE)
+            r = vipl_sleep_once(n->obj, n->q, poll_or_stop, n, out1, out2, NULL);
+        if (r == VIP_INVALID_STATE && atomic_load(&n->stopping))
             return false;
-        }
-        prov->wait_sleep(n->obj, n->q, token, NULL);
-        prov->wait_finish(n->obj, n->q);
-        if (atomic_load(&n->stopping))
-            return false;
+        if (r != VIP_NOT_DONE && r != VIP_TIMEOUT)
+            return true;
     }
 }
 

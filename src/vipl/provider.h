@@ -207,8 +207,16 @@ struct vipl_provider {
     VIP_RETURN (*disconnect)(struct vipl_vi *vi);
     VIP_RETURN (*listen)(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
     VIP_RETURN (*unlisten)(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
-    /* A descriptor that polls readable when an armed CQ may have work. */
+    /* A descriptor that polls readable when an armed CQ may have work, and
+     * its draining: true if it was readable. Every thread asleep on the CQ
+     * polls it; the core drains it when a sleeper disarms and then wakes
+     * the others (waiters.c), so no sleeper's wake-up is taken by another. */
     int (*cq_wait_fd)(struct vipl_cq *cq);
+    bool (*cq_wait_drain)(struct vipl_cq *cq);
+    /* The longest a sleep on the CQ may last (ms; -1: no limit) when some
+     * wake-up may not come: a sleeper with no doorbell of its own, or a CQ
+     * whose armed flag a peer can write (VIPX_CQ_INHERITABLE). */
+    int (*cq_sleep_bound)(struct vipl_cq *cq);
 
     /* Connections held by several processes (VipxViShare & co.). */
     void (*after_fork)(struct vipl_nic *nic);   /* in the child */

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 
 #include "core.h"
 
@@ -98,6 +99,62 @@ static VIP_RETURN spin(void *obj, struct vipl_nic *nic, vipl_poll_fn poll, void 
     }
 }
 
+/* poll(2), by a name the poll callbacks below do not shadow. */
+static int poll_fds(struct pollfd *p, nfds_t n, int ms)
+{
+    return poll(p, n, ms);
+}
+
+/* The CQ a queue sleeps on, when it sleeps on a CQ's descriptor. */
+static struct vipl_cq *wait_cq(void *obj, enum vipl_queue q)
+{
+    struct vipl_cq *cq = obj;
+    if (q != VIPL_CQ) {
+        struct vipl_vi *vi = obj;
+        cq = q == VIPL_RECVQ ? vi->recv_cq : vi->send_cq;
+    }
+    return cq && cq->nic->prov->cq_wait_fd(cq) >= 0 ? cq : NULL;
+}
+
+/* Sleeps on the CQ with the process's other sleepers (waiters.c): no
+ * thread takes another's wake-up, so no sleep needs a time slice. */
+static VIP_RETURN cq_sleep(struct vipl_cq *cq, vipl_poll_fn poll, void *parg, void *out1,
+                           void *out2, const struct timespec *deadline)
+{
+    vipl_cq_arm(cq);
+    VIP_RETURN r = poll(parg, out1, out2);
+    if (r != VIP_NOT_DONE) {
+        vipl_cq_disarm(cq);
+        return r;
+    }
+    struct pollfd p[2] = {{.fd = cq->nic->prov->cq_wait_fd(cq), .events = POLLIN},
+                          {.fd = vipl_waiter_fd(vipl_waiter_self()), .events = POLLIN}};
+    int left = vipl_ms_left(deadline), bound = vipl_cq_sleep_bound(cq, p[1].fd);
+    if (bound >= 0 && (left < 0 || left > bound))
+        left = bound;
+    int rc = poll_fds(p, 2, left);
+    vipl_cq_disarm(cq);
+    return rc == 0 && vipl_ms_left(deadline) == 0 ? VIP_TIMEOUT : VIP_NOT_DONE;
+}
+
+VIP_RETURN vipl_sleep_once(void *obj, enum vipl_queue q, vipl_poll_fn poll, void *parg,
+                           void *out1, void *out2, const struct timespec *deadline)
+{
+    struct vipl_cq *cq = wait_cq(obj, q);
+    if (cq)
+        return cq_sleep(cq, poll, parg, out1, out2, deadline);
+    const struct vipl_provider *prov = nic_of_obj(obj, q)->prov;
+    uint32_t token = prov->wait_prepare(obj, q);
+    VIP_RETURN r = poll(parg, out1, out2);
+    if (r != VIP_NOT_DONE) {
+        prov->wait_finish(obj, q);
+        return r;
+    }
+    int rc = prov->wait_sleep(obj, q, token, deadline);
+    prov->wait_finish(obj, q);
+    return rc == -ETIMEDOUT ? VIP_TIMEOUT : VIP_NOT_DONE;
+}
+
 VIP_RETURN vipl_wait(void *obj, enum vipl_queue q, VIP_ULONG timeout_ms, vipl_poll_fn poll,
                      void *out1, void *out2)
 {
@@ -105,27 +162,17 @@ VIP_RETURN vipl_wait(void *obj, enum vipl_queue q, VIP_ULONG timeout_ms, vipl_po
     if (r != VIP_NOT_DONE)
         return r;
     struct vipl_nic *nic = nic_of_obj(obj, q);
-    const struct vipl_provider *prov = nic->prov;
     struct timespec buf;
     const struct timespec *deadline = vipl_deadline(timeout_ms, &buf);
     r = spin(obj, nic, poll, out1, out2, deadline);
-    if (r != VIP_NOT_DONE)
-        return r;
-    for (;;) {
-        uint32_t token = prov->wait_prepare(obj, q);
-        r = poll(obj, out1, out2);
-        if (r != VIP_NOT_DONE) {
-            prov->wait_finish(obj, q);
-            return r;
+    while (r == VIP_NOT_DONE) {
+        r = vipl_sleep_once(obj, q, poll, obj, out1, out2, deadline); /* may find it */
+        if (r == VIP_NOT_DONE || r == VIP_TIMEOUT) {
+            VIP_RETURN now = poll(obj, out1, out2);
+            r = now != VIP_NOT_DONE ? now : r;
         }
-        int rc = prov->wait_sleep(obj, q, token, deadline);
-        prov->wait_finish(obj, q);
-        r = poll(obj, out1, out2);
-        if (r != VIP_NOT_DONE)
-            return r;
-        if (rc == -ETIMEDOUT)
-            return VIP_TIMEOUT;
     }
+    return r == VIP_TIMEOUT ? VIP_TIMEOUT : r;
 }
 
 VIPL_EXPORT VIP_RETURN VipSendWait(VIP_VI_HANDLE ViHandle, VIP_ULONG Timeout,

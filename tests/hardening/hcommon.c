@@ -154,8 +154,29 @@ struct hc_counts hc_counts_stable(unsigned ms)
     return last;
 }
 
+/* What each descriptor is (and, for sockets, their names), to say what leaked. */
+static void log_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[300], target[256] = "?";
+        snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(p, target, sizeof target - 1);
+        target[k > 0 ? k : 1] = 0;
+        s_log("  fd %s -> %s", e->d_name, target);
+    }
+    closedir(d);
+}
+
 void hc_counts_check(const struct hc_counts *base, const struct hc_counts *now, const char *what)
 {
+    if (!same(base, now))
+        log_fds();
     CHECK_MSG(same(base, now),
               "%s: leak: fds %d -> %d, memfd fds %d -> %d, threads %d -> %d, memfd mappings "
               "%d -> %d",

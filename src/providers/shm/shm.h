@@ -162,10 +162,14 @@ struct shm_vi {
      * is not sealed against writing (a new image must write it again). */
     bool inheritable;
     uint32_t import_next, import_left; /* posted receives still to re-attach */
+    /* Our slot in ctl->live.holder (index + 1; 0: none): this process holds
+     * the VI since a fork and sleeps on a CQ of its own (shm_cq.c). */
+    uint8_t holder;
 };
 
 struct shm_cq {
     struct vipl_cq core;
+    struct shm_cq *next_all; /* the process's CQs (shm_cq.c: fork) */
     pthread_mutex_t lock;
     struct shm_vi **send_ring; /* send completions, in order */
     uint32_t cap, head, tail;
@@ -174,7 +178,17 @@ struct shm_cq {
     int armed_fd;
     bool inheritable; /* the armed page stays writable for a new image */
     _Atomic uint32_t *armed;
-    int wake_rx, wake_tx; /* datagram socketpair: peers get wake_tx */
+    /* wake_rx: a datagram socket bound to the abstract name "sovia-w." +
+     * wake_id in hex; wake_tx: one connected to it, which peers get. */
+    int wake_rx, wake_tx;
+    uint64_t wake_id;
+    /* VIs this process holds since a fork, woken through their holder slot
+     * (shm_vi.holder) rather than the peer's copy of the parent's wake_tx. */
+    struct shm_vi **svis;
+    uint32_t ns, scap;
+    /* Some sleeper of ours may not be woken (no slot, no socket): sleep in
+     * slices (VipxCQPollFds gives no doorbell). */
+    bool lossy;
 };
 
 /* A listening discriminator. Waiters hold references, so VipxUnlisten can
@@ -272,8 +286,20 @@ VIP_RETURN shm_cq_done(struct vipl_cq *cq, struct vipl_vi **vi, VIP_BOOLEAN *rec
 int shm_cq_attach(struct shm_cq *cq, struct shm_vi *vi);
 void shm_cq_detach(struct shm_cq *cq, struct shm_vi *vi);
 bool shm_cq_push_send(struct shm_cq *cq, struct shm_vi *vi);
+void shm_cq_list(struct shm_cq *cq); /* a new or imported CQ, for fork */
+/* Arms (+1) or disarms (-1) the holder slots of the CQ's VIs held since a
+ * fork. */
+void shm_cq_arm_holders(struct shm_cq *cq, int delta);
+/* This process's slot in vi's holder table goes (the VI is released). */
+void shm_holder_leave(struct shm_vi *vi);
+/* An imported VI on an imported CQ: its slot, if it had one before exec. */
+void shm_holder_find(struct shm_cq *cq, struct shm_vi *vi);
 
 /* shm_wake.c */
+/* A CQ's wake-up sockets (see struct shm_cq); 0 or -errno. */
+int shm_wake_sockets(int *rx, int *tx, uint64_t *id);
+bool shm_wake_id_of(int rx, uint64_t *id); /* from the name rx is bound to */
+int shm_ring_socket(void); /* the process's socket for waking holders, made once */
 struct shm_wake shm_wake_of(void *obj, enum vipl_queue q);
 void shm_wake_peer(struct shm_peer *peer);
 void shm_wake_local(struct shm_wake w);
@@ -281,6 +307,7 @@ uint32_t shm_wait_prepare(void *obj, enum vipl_queue q);
 int shm_wait_sleep(void *obj, enum vipl_queue q, uint32_t token, const struct timespec *dl);
 void shm_wait_finish(void *obj, enum vipl_queue q);
 void shm_wait_wake(void *obj, enum vipl_queue q);
+bool shm_cq_wait_drain(struct vipl_cq *cq);
 
 /* shm_conn.c */
 VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,

@@ -576,6 +576,7 @@ void shm_conn_notify(struct shm_peer *peer, enum shm_msg_type type)
  * freed peer) and lets go of it, telling it `notice` unless 0. */
 static void peer_drop(struct shm_vi *vi, enum shm_msg_type notice)
 {
+    shm_holder_leave(vi);
     shm_agent_unwatch(shm_nic(vi->core.nic)->agent, vi);
     shm_lock(&vi->sq_lock);
     struct shm_peer *peer = vi->peer;

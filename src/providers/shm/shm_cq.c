@@ -8,6 +8,8 @@
  * can only disturb its own connection). The cost is a scan of the attached
  * VIs per empty poll; see ARCHITECTURE.md for the scaling note.
  */
+#include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -35,6 +37,80 @@ int shm_cq_armed_page(struct shm_cq *cq, int fd)
     return 0;
 }
 
+/* ---- The process's CQs across fork ------------------------------------------
+ *
+ * A forked child gets copies of its parent's CQs, wake-up socket and armed
+ * page included: asleep on them, parent and child would take each other's
+ * wake-ups. So each CQ is made new in the child (shm_cq_forked): its own
+ * wake-up socket and armed page, for the connections it makes from now on,
+ * and, for every VI it holds from the parent, a slot in that VI's holder
+ * table (shm_layout.h), through which the peer wakes the child too. This is
+ * done in the fork handler, while the child has one thread: nothing else
+ * of ours uses the descriptors it replaces. */
+
+static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shm_cq *all_cqs;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void before_fork(void)
+{
+    pthread_mutex_lock(&all_lock);
+    for (struct shm_cq *cq = all_cqs; cq; cq = cq->next_all)
+        pthread_mutex_lock(&cq->lock);
+}
+
+static void after_fork_parent(void)
+{
+    for (struct shm_cq *cq = all_cqs; cq; cq = cq->next_all)
+        pthread_mutex_unlock(&cq->lock);
+    pthread_mutex_unlock(&all_lock);
+}
+
+static void holder_join(struct shm_cq *cq, struct shm_vi *vi);
+
+static void rebirth(struct shm_cq *cq)
+{
+    int rx, tx;
+    uint64_t id;
+    int old_fd = cq->armed_fd;
+    _Atomic uint32_t *old = cq->armed;
+    if (shm_wake_sockets(&rx, &tx, &id) != 0 || shm_cq_armed_page(cq, -1) != 0) {
+        if (rx >= 0) {
+            VipxFdClose(rx);
+            VipxFdClose(tx);
+        }
+        cq->lossy = true; /* shares the parent's: sleep in slices */
+        return;
+    }
+    munmap((void *)old, shm_nic(cq->core.nic)->page);
+    VipxFdClose(old_fd);
+    VipxFdClose(cq->wake_rx);
+    VipxFdClose(cq->wake_tx);
+    cq->wake_rx = rx;
+    cq->wake_tx = tx;
+    cq->wake_id = id;
+    /* The parent's holder slots and sleepers are the parent's. */
+    cq->ns = 0;
+    for (uint32_t i = 0; i < cq->nr; i++) {
+        cq->rvis[i]->holder = 0;
+        holder_join(cq, cq->rvis[i]);
+    }
+}
+
+static void after_fork_child(void)
+{
+    for (struct shm_cq *cq = all_cqs; cq; cq = cq->next_all) {
+        pthread_mutex_init(&cq->lock, NULL);
+        rebirth(cq);
+    }
+    pthread_mutex_init(&all_lock, NULL);
+}
+
+static void register_fork(void)
+{
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
 VIP_RETURN shm_create_cq(struct vipl_cq *ccq)
 {
     struct shm_cq *cq = shm_cq(ccq);
@@ -42,27 +118,43 @@ VIP_RETURN shm_create_cq(struct vipl_cq *ccq)
     cq->cap = (uint32_t)ccq->entries;
     cq->armed_fd = cq->wake_rx = cq->wake_tx = -1;
     cq->inheritable = ccq->flags & VIPX_CQ_INHERITABLE;
-    int sv[2];
     cq->send_ring = calloc(cq->cap, sizeof(*cq->send_ring));
     if (!cq->send_ring) {
         pthread_mutex_destroy(&cq->lock);
         return VIP_ERROR_RESOURCE;
     }
-    if (vipl_fd_socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0) {
-        cq->wake_rx = sv[0];
-        cq->wake_tx = sv[1];
-    }
-    if (cq->wake_rx < 0 || shm_cq_armed_page(cq, -1) != 0) {
+    if (shm_wake_sockets(&cq->wake_rx, &cq->wake_tx, &cq->wake_id) != 0 ||
+        shm_cq_armed_page(cq, -1) != 0) {
         shm_destroy_cq(ccq);
         return VIP_ERROR_RESOURCE;
     }
+    shm_cq_list(cq);
+    /* Made with the first CQ rather than at the first holder's wake-up:
+     * a process's descriptors stay what they were after its setup. */
+    shm_ring_socket();
     return VIP_SUCCESS;
+}
+
+void shm_cq_list(struct shm_cq *cq)
+{
+    pthread_once(&fork_once, register_fork);
+    pthread_mutex_lock(&all_lock);
+    cq->next_all = all_cqs;
+    all_cqs = cq;
+    pthread_mutex_unlock(&all_lock);
 }
 
 void shm_destroy_cq(struct vipl_cq *ccq)
 {
     struct shm_cq *cq = shm_cq(ccq);
     size_t page = shm_nic(ccq->nic)->page;
+    pthread_mutex_lock(&all_lock);
+    for (struct shm_cq **p = &all_cqs; *p; p = &(*p)->next_all)
+        if (*p == cq) {
+            *p = cq->next_all;
+            break;
+        }
+    pthread_mutex_unlock(&all_lock);
     if (cq->armed)
         munmap(cq->armed, page);
     if (cq->armed_fd >= 0)
@@ -73,6 +165,7 @@ void shm_destroy_cq(struct vipl_cq *ccq)
         VipxFdClose(cq->wake_tx);
     free(cq->send_ring);
     free(cq->rvis);
+    free(cq->svis);
     pthread_mutex_destroy(&cq->lock);
 }
 
@@ -135,6 +228,7 @@ int shm_cq_attach(struct shm_cq *cq, struct shm_vi *vi)
 
 void shm_cq_detach(struct shm_cq *cq, struct shm_vi *vi)
 {
+    shm_holder_leave(vi);
     pthread_mutex_lock(&cq->lock);
     for (uint32_t i = 0; i < cq->nr; i++)
         if (cq->rvis[i] == vi) {
@@ -193,4 +287,118 @@ VIP_RETURN shm_cq_done(struct vipl_cq *ccq, struct vipl_vi **vi, VIP_BOOLEAN *re
 int shm_cq_wait_fd(struct vipl_cq *ccq)
 {
     return shm_cq(ccq)->wake_rx;
+}
+
+/* An inheritable CQ's armed page is not sealed against peers (a new image
+ * must write it again), so a hostile one could zero it and make the
+ * process's other peers skip their wake-ups: such a loss costs at most
+ * 100 ms. A CQ short of holder slots shares a wake-up: 1 ms. */
+int shm_cq_sleep_bound(struct vipl_cq *ccq)
+{
+    struct shm_cq *cq = shm_cq(ccq);
+    return cq->lossy ? 1 : cq->inheritable ? 100 : -1;
+}
+
+/* ---- Holder slots ------------------------------------------------------------ */
+
+static bool pid_gone(pid_t pid)
+{
+    return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Room for one more VI held through a slot. Caller holds cq->lock. */
+static bool svis_room(struct shm_cq *cq)
+{
+    if (cq->ns < cq->scap)
+        return true;
+    uint32_t cap = cq->scap ? cq->scap * 2 : 8;
+    struct shm_vi **v = realloc(cq->svis, cap * sizeof(*v));
+    if (!v)
+        return false;
+    cq->svis = v;
+    cq->scap = cap;
+    return true;
+}
+
+/* Caller holds cq->lock (or is the child of a fork, alone). */
+static void holder_join(struct shm_cq *cq, struct shm_vi *vi)
+{
+    if (!vi->ctl || !vi->peer)
+        return;
+    if (!svis_room(cq)) {
+        cq->lossy = true;
+        return;
+    }
+    struct shm_holder *h = vi->ctl->live.holder;
+    for (int k = 0; k < SHM_HOLDERS; k++) {
+        uint64_t cur = atomic_load(&h[k].id);
+        /* A slot whose holder died without a word is free again. */
+        if (cur && !pid_gone(atomic_load(&h[k].pid)))
+            continue;
+        if (!atomic_compare_exchange_strong(&h[k].id, &cur, cq->wake_id))
+            continue;
+        atomic_store(&h[k].armed, 0);
+        atomic_store(&h[k].pid, getpid());
+        vi->holder = (uint8_t)(k + 1);
+        cq->svis[cq->ns++] = vi;
+        return;
+    }
+    cq->lossy = true; /* more holders than slots: this one sleeps in slices */
+}
+
+void shm_holder_leave(struct shm_vi *vi)
+{
+    if (!vi->holder)
+        return;
+    struct shm_holder *h = &vi->ctl->live.holder[vi->holder - 1];
+    vi->holder = 0;
+    uint64_t mine = 0;
+    struct shm_cq *cq = vi->core.recv_cq ? shm_cq(vi->core.recv_cq) : NULL;
+    if (cq) {
+        pthread_mutex_lock(&cq->lock);
+        mine = cq->wake_id;
+        for (uint32_t i = 0; i < cq->ns; i++)
+            if (cq->svis[i] == vi) {
+                cq->svis[i] = cq->svis[--cq->ns];
+                break;
+            }
+        pthread_mutex_unlock(&cq->lock);
+    }
+    if (mine && atomic_load(&h->id) == mine) {
+        atomic_store(&h->armed, 0);
+        atomic_store(&h->pid, 0);
+        atomic_store(&h->id, 0);
+    }
+}
+
+void shm_holder_find(struct shm_cq *cq, struct shm_vi *vi)
+{
+    struct shm_holder *h = vi->ctl->live.holder;
+    pthread_mutex_lock(&cq->lock);
+    for (int k = 0; k < SHM_HOLDERS && !vi->holder; k++)
+        if (atomic_load(&h[k].id) == cq->wake_id) {
+            if (!svis_room(cq)) {
+                cq->lossy = true;
+                break;
+            }
+            vi->holder = (uint8_t)(k + 1);
+            cq->svis[cq->ns++] = vi;
+        }
+    pthread_mutex_unlock(&cq->lock);
+}
+
+void shm_cq_arm_holders(struct shm_cq *cq, int delta)
+{
+    pthread_mutex_lock(&cq->lock);
+    for (uint32_t i = 0; i < cq->ns; i++) {
+        struct shm_holder *h = &cq->svis[i]->ctl->live.holder[cq->svis[i]->holder - 1];
+        if (delta > 0) {
+            atomic_fetch_add(&h->armed, 1);
+            continue;
+        }
+        uint32_t a = atomic_load(&h->armed);
+        while (a && !atomic_compare_exchange_weak(&h->armed, &a, a - 1))
+            ;
+    }
+    pthread_mutex_unlock(&cq->lock);
 }

@@ -180,6 +180,8 @@ VIP_RETURN shm_vi_import(struct vipl_vi *cvi, const VIPX_STATE *st)
         vi->shared = s.shared;
         if (cvi->recv_cq && shm_cq_attach(shm_cq(cvi->recv_cq), vi) != 0)
             rc = -ENOMEM;
+        else if (cvi->recv_cq) /* held since a fork, before the exec */
+            shm_holder_find(shm_cq(cvi->recv_cq), vi);
     }
     if (rc == 0) {
         atomic_store(&cvi->state, VIP_STATE_CONNECTED);
@@ -277,6 +279,9 @@ VIP_RETURN shm_cq_import(struct vipl_cq *ccq, const VIPX_STATE *st)
     }
     if (shm_cq_armed_page(cq, fd) != 0) /* closes fd on failure */
         goto fail;
+    if (!shm_wake_id_of(cq->wake_rx, &cq->wake_id))
+        goto fail;
+    shm_cq_list(cq);
     return VIP_SUCCESS;
 fail:
     shm_destroy_cq(ccq);

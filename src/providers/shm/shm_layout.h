@@ -52,13 +52,26 @@ struct shm_ctl_header { /* constant after creation */
     uint32_t reserved[5];
 };
 
+/* Another process holding this end of the VI (a forked child) and asleep
+ * on a CQ of its own: the peer also wakes it, by sending a byte to the
+ * abstract datagram socket "sovia-w." + id in hex (shm_wake.c). */
+struct shm_holder {
+    _Atomic uint64_t id;    /* 0: free */
+    _Atomic uint32_t armed; /* > 0: asleep */
+    _Atomic int32_t pid;    /* the holder, so the others can free a dead one's slot */
+};
+
+#define SHM_HOLDERS 3
+
 struct shm_ctl_live {
     _Atomic uint32_t posted; /* receives published so far */
     uint32_t reserved0[15];
     /* Its own line: the peer reads it after every send, and must not pull
      * in the line the owner writes on every post. */
     _Atomic uint32_t recv_armed; /* > 0: the owner sleeps on rx.wake_seq */
-    uint32_t reserved1[15];
+    uint32_t reserved1;
+    struct shm_holder holder[SHM_HOLDERS];
+    uint32_t reserved2[2];
 };
 
 #define SHM_POST_STAGED 1u
@@ -90,6 +103,7 @@ struct shm_ctl {
 
 _Static_assert(sizeof(struct shm_ctl_header) == SHM_LINE, "header is one line");
 _Static_assert(sizeof(struct shm_ctl_live) == 2 * SHM_LINE, "live is two lines");
+_Static_assert(sizeof(struct shm_holder) == 16, "holder slot size");
 _Static_assert(sizeof(struct shm_post) == SHM_LINE, "a post is one line");
 _Static_assert(sizeof(struct shm_reg_export) == 32, "export entry size");
 

@@ -12,6 +12,7 @@ bool shm_queue_empty(struct vipl_vi *vi, enum vipl_queue q);
 void shm_vi_stats(struct vipl_vi *vi, VIPX_VI_STATS *stats);
 void shm_mem_changed(struct vipl_nic *nic);
 int shm_cq_wait_fd(struct vipl_cq *cq);
+int shm_cq_sleep_bound(struct vipl_cq *cq);
 
 #define SHM_MAX_TRANSFER (4u << 20)
 
@@ -122,6 +123,8 @@ const struct vipl_provider vipl_provider_shm = {
     .listen = shm_listen,
     .unlisten = shm_unlisten,
     .cq_wait_fd = shm_cq_wait_fd,
+    .cq_wait_drain = shm_cq_wait_drain,
+    .cq_sleep_bound = shm_cq_sleep_bound,
     .after_fork = shm_after_fork,
     .leave_listening = shm_leave_listening,
     .share_vi = shm_share_vi,

@@ -14,14 +14,20 @@
  * serves a CQ waiter and VipRecvWait alike. A CQ sleeps in poll() on a
  * datagram socketpair rather than a futex, so its waiters can wait on other
  * descriptors at the same time (VipxCQWaitFd); wakers send one byte with
- * MSG_DONTWAIT, which cannot block whatever a hostile peer does.
+ * MSG_DONTWAIT, which cannot block whatever a hostile peer does. Several
+ * threads asleep on one CQ share that socket: the core passes a wake-up on
+ * among them (src/vipl/waiters.c).
  */
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "shm.h"
@@ -75,50 +81,154 @@ void shm_wake_local(struct shm_wake w)
         ring(w.word, w.shared, w.sock_tx);
 }
 
+/* ---- Wake-up sockets by name --------------------------------------------- */
+
+#define WAKE_PREFIX "sovia-w."
+
+/* The abstract address of wake-up socket `id`: the prefix is ours, so a
+ * peer that writes any id into its holder table can make us send a byte
+ * only to some sovia process's wake-up socket, never to another program's. */
+static socklen_t wake_name(uint64_t id, struct sockaddr_un *a)
+{
+    static const char hex[] = "0123456789abcdef";
+    memset(a, 0, sizeof(*a));
+    a->sun_family = AF_UNIX;
+    char *p = a->sun_path + 1; /* sun_path[0] = 0: abstract */
+    memcpy(p, WAKE_PREFIX, sizeof(WAKE_PREFIX) - 1);
+    p += sizeof(WAKE_PREFIX) - 1;
+    for (int i = 15; i >= 0; i--)
+        *p++ = hex[(id >> (4 * i)) & 15];
+    return (socklen_t)(p - (char *)a);
+}
+
+bool shm_wake_id_of(int rx, uint64_t *id)
+{
+    struct sockaddr_un a, want;
+    socklen_t len = sizeof(a);
+    size_t want_len = offsetof(struct sockaddr_un, sun_path) + sizeof(WAKE_PREFIX) + 16;
+    if (getsockname(rx, (struct sockaddr *)&a, &len) != 0 || len != want_len)
+        return false;
+    uint64_t v = 0;
+    const char *p = a.sun_path + sizeof(WAKE_PREFIX); /* past the 0 and the prefix */
+    for (int i = 0; i < 16; i++) {
+        char c = p[i];
+        unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0')
+                     : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                                            : 16;
+        if (d == 16)
+            return false;
+        v = v << 4 | d;
+    }
+    if (wake_name(v, &want) != len || memcmp(&want, &a, len) != 0)
+        return false;
+    *id = v;
+    return true;
+}
+
+int shm_wake_sockets(int *rx, int *tx, uint64_t *id)
+{
+    *rx = vipl_fd_socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    *tx = vipl_fd_socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int err = *rx < 0 || *tx < 0 ? -errno : -EADDRINUSE;
+    struct sockaddr_un a;
+    for (int tries = 0; err == -EADDRINUSE && tries < 16; tries++) {
+        uint64_t v = 0;
+        if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != sizeof(v) || v == 0)
+            continue;
+        socklen_t len = wake_name(v, &a);
+        if (bind(*rx, (struct sockaddr *)&a, len) == 0)
+            err = connect(*tx, (struct sockaddr *)&a, len) == 0 ? 0 : -errno;
+        else
+            err = -errno;
+        *id = v;
+    }
+    if (err) {
+        if (*rx >= 0)
+            VipxFdClose(*rx);
+        if (*tx >= 0)
+            VipxFdClose(*tx);
+        *rx = *tx = -1;
+    }
+    return err;
+}
+
+/* One unbound datagram socket per process sends to holders by name. */
+static atomic_int ring_sock = -1;
+
+int shm_ring_socket(void)
+{
+    int s = atomic_load_explicit(&ring_sock, memory_order_acquire);
+    if (s >= 0)
+        return s;
+    int fresh = vipl_fd_socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fresh < 0)
+        return -1;
+    if (atomic_compare_exchange_strong(&ring_sock, &s, fresh))
+        return fresh;
+    VipxFdClose(fresh); /* another thread made one first */
+    return s;
+}
+
+static void ring_named(uint64_t id)
+{
+    int s = shm_ring_socket();
+    if (s < 0)
+        return;
+    struct sockaddr_un a;
+    socklen_t len = wake_name(id, &a);
+    char one = 1;
+    sendto(s, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len);
+}
+
 void shm_wake_peer(struct shm_peer *peer)
 {
     shm_full_barrier();
     if (atomic_load_explicit(peer->wake_armed, memory_order_relaxed))
         ring(peer->wake_word, true, peer->wake_sock);
+    /* Processes that hold the other end since a fork sleep on CQs of their
+     * own (one line, written only when they arm: it stays in our cache). */
+    const struct shm_holder *h = peer->ctl->live.holder;
+    for (int k = 0; k < SHM_HOLDERS; k++)
+        if (atomic_load_explicit(&h[k].armed, memory_order_relaxed)) {
+            uint64_t id = atomic_load_explicit(&h[k].id, memory_order_relaxed);
+            if (id)
+                ring_named(id);
+        }
 }
 
-static void drain(int sock)
+/* The CQ's wake-up socket is drained by the core when a sleeper disarms,
+ * which then wakes the process's other sleepers (src/vipl/waiters.c): a
+ * drain here, at arming, took wake-ups meant for threads already asleep. */
+bool shm_cq_wait_drain(struct vipl_cq *ccq)
 {
     char buf[64];
-    while (recv(sock, buf, sizeof(buf), MSG_DONTWAIT) > 0)
-        ;
+    bool any = false;
+    while (recv(shm_cq(ccq)->wake_rx, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+        any = true;
+    return any;
 }
 
 uint32_t shm_wait_prepare(void *obj, enum vipl_queue q)
 {
     struct shm_wake w = shm_wake_of(obj, q);
     atomic_fetch_add_explicit(w.armed, 1, memory_order_seq_cst);
-    if (w.sock >= 0) {
-        drain(w.sock); /* wake-ups from before we armed; later ones stay */
-        return 0;
-    }
-    return atomic_load_explicit(w.word, memory_order_seq_cst);
+    if (q == VIPL_CQ)
+        shm_cq_arm_holders(obj, 1);
+    return w.sock >= 0 ? 0 : atomic_load_explicit(w.word, memory_order_seq_cst);
 }
 
+/* Futex mode only: a queue on a CQ sleeps in the core (wait.c). */
 int shm_wait_sleep(void *obj, enum vipl_queue q, uint32_t token, const struct timespec *dl)
 {
     struct shm_wake w = shm_wake_of(obj, q);
-    if (w.sock >= 0) {
-        /* Several threads may wait on one CQ, and the one that drains the
-         * wake-up socket can leave another asleep: sleep in slices so such
-         * a loss costs at most one slice. (Per-waiter wake-ups would remove
-         * it; see the notes in ARCHITECTURE.md.) */
-        int left = vipl_ms_left(dl);
-        struct pollfd pfd = {.fd = w.sock, .events = POLLIN};
-        int rc = poll(&pfd, 1, left < 0 || left > 10 ? 10 : left);
-        return rc == 0 && left >= 0 && left <= 10 ? -ETIMEDOUT : 0;
-    }
     int rc = futex_wait(w.word, token, dl, w.shared);
     return rc == -ETIMEDOUT ? -ETIMEDOUT : 0;
 }
 
 void shm_wait_finish(void *obj, enum vipl_queue q)
 {
+    if (q == VIPL_CQ)
+        shm_cq_arm_holders(obj, -1);
     struct shm_wake w = shm_wake_of(obj, q);
     /* Never below zero: a stray disarm must not leave the flag "armed"
      * (wrapped) forever, which would stop every later wake-up. */
