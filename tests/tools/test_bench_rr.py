@@ -117,11 +117,11 @@ class Runs(unittest.TestCase):
         self.assertEqual(r["threads_per_process"], pairs if threads else 1)
         self.assertGreaterEqual(r["cpus"], 1)
         self.assertEqual(r["unanswered"], 0)
-        self.assertGreater(r["tx"], 0)
+        self.assertGreater(r["answers_total"], 0)
         self.assertAlmostEqual(r["tps"], r["tx"] / r["seconds"], delta=r["tps"] * 1e-5)
         # Every request in flight during the window is in the histogram:
-        # all answered ones, plus at most one per connection that straddled
-        # its start.
+        # those answered in it, and per connection at most one that
+        # straddled its start and one its end.
         self.assertGreaterEqual(r["latency_samples"], r["tx"])
         self.assertLessEqual(r["latency_samples"], r["tx"] + 2 * pairs * conns)
         self.assertGreater(r["p50_us"], 0)
@@ -132,6 +132,13 @@ class Runs(unittest.TestCase):
         # Every echo was received, and the window is part of the whole run.
         self.assertEqual(r["echoes_total"], r["answers_total"])
         self.assertGreaterEqual(r["answers_total"], r["tx"])
+        if r["tx"] == 0:
+            # Today's sovia wait modes can stall a whole tiny window on a
+            # busy machine (issue 16); kernel sockets never do.
+            self.assertNotIn(transport, ("tcp", "uds"), r)
+            self.assertGreaterEqual(r["latency_samples"], 1)
+            self.assertGreaterEqual(r["max_us"], r["seconds"] * 1e6)
+            return
         self.assertGreater(r["cpu_us_per_tx"], 0)
         for parts in (("cpu_user_us_per_tx", "cpu_sys_us_per_tx"),
                       ("client_cpu_us_per_tx", "server_cpu_us_per_tx")):
