@@ -20,7 +20,7 @@ enum {
     BENCH_EXIT_UNAVAILABLE = 3, /* the transport cannot run on this machine */
 };
 
-enum bench_mode { BENCH_LAT, BENCH_BW, BENCH_SWEEP, BENCH_IDLE, BENCH_WAKE };
+enum bench_mode { BENCH_LAT, BENCH_BW, BENCH_SWEEP, BENCH_IDLE, BENCH_WAKE, BENCH_RR };
 
 struct bench_params {
     enum bench_mode mode;
@@ -32,6 +32,12 @@ struct bench_params {
     bool json;       /* one JSON object per line instead of a table */
     const char *config; /* --config: a sovia configuration label; NULL: none */
     bool same_cpu;      /* wake: both threads on one CPU */
+    /* rr (rr_run.c): pairs of client and server processes (or threads),
+     * connections per client, warm-up before `seconds` are counted. */
+    unsigned pairs, conns;
+    bool threads;
+    double warmup; /* < 0: the default */
+    const char *rr_worker; /* the sovia-rr executable (libc transports) */
 };
 
 #define BENCH_DEFAULT_LAT_ITERS 100000u
@@ -41,6 +47,13 @@ struct bench_params {
 #define BENCH_DEFAULT_MAX_SIZE ((size_t)8 << 20)
 /* Largest --size / --max-size accepted at all (per-transport limits apply too). */
 #define BENCH_SIZE_LIMIT ((size_t)1 << 30)
+
+/* rr: limits and defaults (the worker program checks the same, rr.h). */
+#define BENCH_RR_MAX_PAIRS 256
+#define BENCH_RR_MAX_CONNS 1024
+#define BENCH_RR_MAX_SIZE ((size_t)1 << 20)
+#define BENCH_RR_DEFAULT_SIZE 64
+#define BENCH_RR_DEFAULT_SECONDS 3.0
 
 /* Runs one benchmark and prints its results; returns a BENCH_EXIT_* code. */
 int bench_run(const struct bench_params *p);

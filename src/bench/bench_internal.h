@@ -134,6 +134,23 @@ int bench_measure_idle(const struct bench_transport *t, void *ep, double seconds
 /* `wake`: two threads of this process, no transport (bench_wake.c). */
 int bench_run_wake(const struct bench_params *p);
 
+/* `rr`: client and server processes under load (rr_run.c, rr.h). */
+int bench_run_rr(const struct bench_params *p);
+struct rr_result;
+/* The results of every worker, clients and servers (rr_output.c). */
+struct rr_run_info {
+    const char *transport;
+    unsigned pairs, conns, procs_per_side, threads_per_proc;
+    size_t size;
+    bool threads;
+    double seconds, warmup;
+    int cpus;          /* CPUs this process may run on */
+    double load_1m;    /* load average at the start */
+    double cpu_total_s; /* every worker's whole life (getrusage of children) */
+};
+void bench_out_rr(const struct rr_run_info *info, const struct rr_result *res, size_t nres,
+                  bool json);
+
 /* Sweep sizes (NetPIPE: c-3, c, c+3 for c = 1, 2, 4, ...), sorted, deduped,
  * none above max_size. Returns the count; *sizes is malloc'd. */
 size_t bench_sweep_sizes(size_t max_size, size_t **sizes);

@@ -50,7 +50,8 @@ static int drive(const struct bench_transport *t, void *ep, const struct bench_p
     case BENCH_SWEEP:
         return bench_measure_sweep(t, ep, max_msg, p->json, cfg);
     case BENCH_WAKE:
-        break; /* bench_run_wake, before any transport */
+    case BENCH_RR:
+        break; /* bench_run_wake / bench_run_rr, before any transport */
     case BENCH_IDLE: {
         struct bench_idle_sample s;
         if (bench_measure_idle(t, ep, p->seconds, &s) != 0)
@@ -90,6 +91,8 @@ int bench_run(const struct bench_params *p)
 
     if (p->mode == BENCH_WAKE)
         return bench_run_wake(p);
+    if (p->mode == BENCH_RR)
+        return bench_run_rr(p);
     if (!t) {
         fprintf(stderr, "sovia bench: unknown transport '%s' (see sovia bench --help)\n",
                 p->transport);

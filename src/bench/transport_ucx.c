@@ -213,7 +213,8 @@ static int ucx_run_external(const struct bench_params *p)
         fprintf(stderr, "ucx: idle is not measured (ucx_perftest has no such test)\n");
         return BENCH_EXIT_UNAVAILABLE;
     case BENCH_WAKE:
-        break; /* bench_run_wake, before any transport */
+    case BENCH_RR:
+        break; /* bench_run_wake / bench_run_rr, before any transport */
     }
     return BENCH_EXIT_USAGE;
 }

@@ -30,6 +30,10 @@ class Mode:
     peer_sizes: list         # ucx / fi_pingpong latency sizes
     ftp_sizes: list
     rpc_sizes: list
+    rr_pairs: list           # `sovia bench rr --pairs` (load experiment)
+    rr_conns: list           # `--conns`
+    rr_seconds: float        # counted seconds of each run
+    rr_transports: tuple     # against kernel tcp, first
 
 
 def _pow2(lo, hi):
@@ -46,7 +50,9 @@ MODES = {
                   wait_bw_sizes=[32 * KB], cpu_seconds=0.3, cpu_every_round=False,
                   idle_seconds=0.2, sweep_max="1K", sweep_every_round=False,
                   nptcp=[(1, KB, 50)], peer_sizes=[8],
-                  ftp_sizes=[MB], rpc_sizes=[0, 64]),
+                  ftp_sizes=[MB], rpc_sizes=[0, 64],
+                  rr_pairs=[1, 2], rr_conns=[1], rr_seconds=0.2,
+                  rr_transports=("tcp", "preload")),
     "quick": Mode("quick", rounds=3, lat_target_s=0.015,
                   lat_sizes=[4, 16, 64, 256, KB, 2 * KB, 4 * KB, 8 * KB, 32 * KB],
                   fig5_sizes=[4, 64, KB, 4 * KB],
@@ -55,7 +61,9 @@ MODES = {
                   cpu_every_round=False, idle_seconds=0.5, sweep_max="64K",
                   sweep_every_round=False,
                   nptcp=[(1, 64 * KB, 300)], peer_sizes=[8, KB, 32 * KB],
-                  ftp_sizes=[FTP_SMALL], rpc_sizes=[0, 256, KB, 4 * KB]),
+                  ftp_sizes=[FTP_SMALL], rpc_sizes=[0, 256, KB, 4 * KB],
+                  rr_pairs=[1, 4, 16], rr_conns=[1, 16], rr_seconds=0.5,
+                  rr_transports=("tcp", "preload")),
     "full": Mode("full", rounds=3, lat_target_s=0.15, lat_sizes=TABLE_SIZES,
                  fig5_sizes=[4, 16, 64, 256, KB, 2 * KB, 4 * KB],
                  bw_sizes=_pow2(4, 64 * KB), bw_seconds=0.5,
@@ -65,7 +73,9 @@ MODES = {
                  nptcp=[(1, 64 * KB, 1000), (64 * KB, 8 * MB, 20)],
                  peer_sizes=[8, 64, KB, 32 * KB],
                  ftp_sizes=[FTP_SMALL, FTP_BIG, FTP_GIB],
-                 rpc_sizes=[0, 64, 256, 512, KB, 2 * KB, 4 * KB]),
+                 rpc_sizes=[0, 64, 256, 512, KB, 2 * KB, 4 * KB],
+                 rr_pairs=[1, 2, 4, 8, 16], rr_conns=[1, 16], rr_seconds=2.0,
+                 rr_transports=("tcp", "preload", "sovia-adaptive")),
 }
 
 

@@ -116,3 +116,17 @@ int cli_add_preload(const char *lib)
     free(value);
     return 0;
 }
+
+int cli_find_helper(const char *name, char *out, size_t len)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        snprintf(out, len, "%s/%s/%s", dirname(exe), SOVIA_BIN_TO_LIBEXEC, name);
+        if (access(out, X_OK) == 0)
+            return 0;
+    }
+    snprintf(out, len, "%s/%s", SOVIA_BUILD_LIBEXEC_DIR, name);
+    return access(out, X_OK) == 0 ? 0 : -1;
+}

@@ -33,6 +33,13 @@ bool cli_parse_seconds(const char *s, double *out);
 int cli_find_preload(char *out, size_t len);
 /* Puts `lib` first in LD_PRELOAD (for the programs exec'd next). */
 int cli_add_preload(const char *lib);
+/* What `sovia run --profile P` sets (the profile's variables unless set,
+ * LD_PRELOAD), in this process's environment for the programs it execs
+ * next. cmd names the subcommand in messages. 0, or 1 after a message. */
+int cli_run_environment(const char *profile, const char *cmd);
+/* A helper program of the tool (libexec/sovia/NAME beside an installed
+ * tool, or the build tree's). 0 and the path in `out`, or -1. */
+int cli_find_helper(const char *name, char *out, size_t len);
 /* The whole command line (for re-executing the tool). */
 extern char **cli_argv;
 

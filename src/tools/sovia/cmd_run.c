@@ -83,8 +83,7 @@ static int parse_options(int argc, char **argv, const char *cmd, const char **pr
     return i;
 }
 
-/* The profile's variables and LD_PRELOAD, in this process's environment. */
-static int set_environment(const char *profile, const char *cmd)
+int cli_run_environment(const char *profile, const char *cmd)
 {
     for (size_t k = 0; k < sizeof profile_vars / sizeof profile_vars[0]; k++)
         if (strcmp(profile_vars[k].profile, profile) == 0)
@@ -108,7 +107,7 @@ int cmd_run(int argc, char **argv)
         usage(stderr);
         return SOVIA_EXIT_USAGE;
     }
-    if (set_environment(profile, "run") != 0)
+    if (cli_run_environment(profile, "run") != 0)
         return 1;
     execvp(argv[i], argv + i);
     fprintf(stderr, "sovia run: %s: %s\n", argv[i], strerror(errno));
@@ -139,7 +138,7 @@ int cmd_env(int argc, char **argv)
         return status;
     if (i < argc)
         return cli_usage_error("env", "unexpected argument '%s'", argv[i]);
-    if (set_environment(profile, "env") != 0)
+    if (cli_run_environment(profile, "env") != 0)
         return 1;
     print_export("LD_PRELOAD");
     print_export("ASAN_OPTIONS");

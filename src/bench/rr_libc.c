@@ -1,0 +1,133 @@
+/* rr_libc.c - the socket calls of `sovia bench rr` through plain libc, one
+ * epoll instance per thread: kernel TCP and AF_UNIX, and under the preload
+ * library exactly what an unmodified epoll server gets from `sovia run`. */
+#include "rr.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+static int libc_init(const char *transport)
+{
+    (void)transport;
+    return 0;
+}
+
+/* glibc's socket calls take a transparent union under _GNU_SOURCE: the
+ * plain pointer types of struct rr_ops need these. */
+static int libc_socket(int family)
+{
+    return socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+}
+
+static int libc_bind(int fd, const struct sockaddr *a, socklen_t len)
+{
+    return bind(fd, a, len);
+}
+
+static int libc_getsockname(int fd, struct sockaddr *a, socklen_t *len)
+{
+    return getsockname(fd, a, len);
+}
+
+static int libc_accept(int lfd)
+{
+    return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+}
+
+static int libc_connect(int fd, const struct sockaddr *a, socklen_t len)
+{
+    return connect(fd, a, len);
+}
+
+static ssize_t libc_send(int fd, const void *buf, size_t len)
+{
+    return send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+static ssize_t libc_recv(int fd, void *buf, size_t len)
+{
+    return recv(fd, buf, len, MSG_DONTWAIT);
+}
+
+static void *libc_loop_new(int cap)
+{
+    int *ep = malloc(sizeof *ep);
+
+    (void)cap;
+    if (!ep)
+        return NULL;
+    *ep = epoll_create1(EPOLL_CLOEXEC);
+    if (*ep < 0) {
+        free(ep);
+        return NULL;
+    }
+    return ep;
+}
+
+static int libc_ctl(void *l, int op, int fd, uint32_t token, bool out)
+{
+    struct epoll_event ev = {.events = EPOLLIN | (out ? EPOLLOUT : 0), .data.u32 = token};
+    return epoll_ctl(*(int *)l, op, fd, &ev);
+}
+
+static int libc_loop_add(void *l, int fd, uint32_t token)
+{
+    return libc_ctl(l, EPOLL_CTL_ADD, fd, token, false);
+}
+
+static int libc_loop_want_out(void *l, int fd, uint32_t token, bool out)
+{
+    return libc_ctl(l, EPOLL_CTL_MOD, fd, token, out);
+}
+
+static int libc_loop_del(void *l, int fd)
+{
+    return epoll_ctl(*(int *)l, EPOLL_CTL_DEL, fd, NULL);
+}
+
+#define BATCH 64
+
+static int libc_loop_wait(void *l, struct rr_event *out, int max, int timeout_ms)
+{
+    struct epoll_event ev[BATCH];
+    int n = epoll_wait(*(int *)l, ev, max < BATCH ? max : BATCH, timeout_ms);
+
+    for (int i = 0; i < n; i++) {
+        out[i].token = ev[i].data.u32;
+        out[i].in = ev[i].events & EPOLLIN;
+        out[i].out = ev[i].events & EPOLLOUT;
+        out[i].err = ev[i].events & (EPOLLERR | EPOLLHUP);
+    }
+    return n;
+}
+
+static void libc_loop_free(void *l)
+{
+    if (l) {
+        close(*(int *)l);
+        free(l);
+    }
+}
+
+const struct rr_ops rr_libc_ops = {
+    .name = "libc",
+    .proc_init = libc_init,
+    .socket = libc_socket,
+    .bind = libc_bind,
+    .listen = listen,
+    .getsockname = libc_getsockname,
+    .accept = libc_accept,
+    .connect = libc_connect,
+    .setsockopt = setsockopt,
+    .send = libc_send,
+    .recv = libc_recv,
+    .close = close,
+    .loop_new = libc_loop_new,
+    .loop_add = libc_loop_add,
+    .loop_want_out = libc_loop_want_out,
+    .loop_del = libc_loop_del,
+    .loop_wait = libc_loop_wait,
+    .loop_free = libc_loop_free,
+};
