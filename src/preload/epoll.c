@@ -676,7 +676,7 @@ static int wait_active(int epfd, struct epset *s, struct epoll_event *out, int m
         long left_ms = timeout < 0 ? -1 : timeout - (long)((now - start) / 1000000);
         if (timeout > 0 && left_ms <= 0)
             break;
-        if (now - start < spin_ns) {
+        if (now - start < spin_ns && (spin_ns == UINT64_MAX || sov_spin_pays())) {
             n = harvest(epfd, s, out, max, round % KERNEL_EVERY ? ASK_NOT : ASK_IF_ANY,
                         kernel_first, &pending);
             if (n)

@@ -70,6 +70,7 @@ static void do_init(void)
         VipxCQPollFds(sov_g.cq, fds, &bound) != VIP_SUCCESS)
         return;
     sov_g.pid = getpid();
+    sov_spin_init();
     static bool handlers_installed; /* a forked child may initialize again */
     if (!handlers_installed) {
         atexit(sov_atexit);

@@ -239,7 +239,7 @@ int sov_poll_masked(struct pollfd *fds, nfds_t nfds, int timeout, const sigset_t
         long left_ms = timeout < 0 ? -1 : timeout - (long)((now - start) / 1000000);
         if (timeout > 0 && left_ms <= 0)
             break;
-        if (now - start < spin_ns) {
+        if (now - start < spin_ns && (spin_ns == UINT64_MAX || sov_spin_pays())) {
             __builtin_ia32_pause();
             continue;
         }

@@ -418,8 +418,13 @@ int sov_flush(struct sov_sock *s, bool may_block);
 int sov_send_fin(struct sov_sock *s);
 void sov_repost_deferred(struct sov_conn *c);
 int sov_wait(struct sov_sock *s, uint64_t *spun_since); /* 0, -EINTR */
-/* How long a poller spins before it sleeps (the process's wait mode). */
+/* How long a poller spins before it sleeps (the process's wait mode:
+ * UINT64_MAX for SOVIA_WAIT=poll, which always spins). */
 uint64_t sov_poll_spin_ns(void);
+/* spin.c: false while more threads are runnable than there are CPUs (a
+ * spinner would take the CPU the thread it waits for needs). */
+bool sov_spin_pays(void);
+void sov_spin_init(void); /* at sov_init */
 
 /* handler.c: HANDLER and NOTIFY strategies */
 int sov_handling_start(void);
