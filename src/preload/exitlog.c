@@ -6,8 +6,8 @@
  * (docs/ARCHITECTURE.md, "Exit records").
  *
  * Where: the variable as the process found it at start or at its last
- * fork, kept in memory (nginx clears its workers' environment), unless the
- * environment names another at exit; an empty value turns records off.
+ * fork, kept in memory (nginx clears its workers' environment); at exit()
+ * the environment wins if it has the variable (empty: no record).
  * exec.c puts the variable back into a next image's environment that
  * lacks it. When: at exit(), or on a signal whose default action ends the
  * process (signal.c stands in for SIG_DFL and calls exitlog_signal), once
