@@ -24,6 +24,7 @@
 #include "sock.h"
 
 #define INHERIT_VAR "SOVIA_INHERIT="
+#define STAT_LOG_VAR "SOVIA_STAT_LOG="
 
 extern char **environ;
 
@@ -60,21 +61,40 @@ static bool preloads_sovia(char *const envp[])
     return false;
 }
 
-/* envp plus SOVIA_INHERIT=<fd> (replacing any stale one); NULL: no memory. */
-static char **with_inherit(char *const envp[], int memfd, char *var, size_t varlen)
+/* envp for a next image that loads the preload: with SOVIA_INHERIT=<memfd>
+ * when connections go along (replacing a stale one), and with the exit
+ * record's SOVIA_STAT_LOG if the program left it out (exitlog.c). One
+ * block to free(). NULL: envp as it is (nothing to add, or no memory:
+ * *memfd_kept false then). */
+char **preload_exec_env(char *const envp[], int memfd, bool *memfd_kept)
 {
+    *memfd_kept = false;
+    if (!preloads_sovia(envp))
+        return NULL;
+    const char *log = exitlog_for_exec(envp);
+    if (memfd < 0 && !log)
+        return NULL;
     size_t n = 0;
     for (char *const *e = envp; e && *e; e++)
         n++;
-    char **out = malloc((n + 2) * sizeof(*out));
+    size_t vars = (n + 3) * sizeof(char *), inherit = sizeof(INHERIT_VAR) + 16;
+    size_t loglen = log ? sizeof(STAT_LOG_VAR) + strlen(log) : 0;
+    char **out = malloc(vars + inherit + loglen);
     if (!out)
         return NULL;
     size_t k = 0;
     for (char *const *e = envp; e && *e; e++)
-        if (strncmp(*e, INHERIT_VAR, strlen(INHERIT_VAR)) != 0)
+        if (memfd < 0 || strncmp(*e, INHERIT_VAR, strlen(INHERIT_VAR)) != 0)
             out[k++] = *e;
-    snprintf(var, varlen, INHERIT_VAR "%d", memfd);
-    out[k++] = var;
+    if (memfd >= 0) {
+        out[k] = (char *)out + vars;
+        snprintf(out[k++], inherit, INHERIT_VAR "%d", memfd);
+        *memfd_kept = true;
+    }
+    if (log) {
+        out[k] = (char *)out + vars + inherit;
+        snprintf(out[k++], loglen, STAT_LOG_VAR "%s", log);
+    }
     out[k] = NULL;
     return out;
 }
@@ -88,10 +108,11 @@ static int do_exec(enum exec_kind kind, const char *file, int fd, char *const ar
     if (!libc.execve)
         resolve();
     struct sov_handoff h = {.memfd = -1};
-    char var[sizeof(INHERIT_VAR) + 16];
-    char **env = NULL;
-    if (preloads_sovia(envp) && sov_inherit_export(&h) > 0 &&
-        !(env = with_inherit(envp, h.memfd, var, sizeof var)))
+    if (preloads_sovia(envp))
+        sov_inherit_export(&h);
+    bool kept;
+    char **env = preload_exec_env(envp, h.memfd, &kept);
+    if (h.memfd >= 0 && !kept)
         sov_inherit_abort(&h);
     char *const *use = env ? env : envp;
     int rc;

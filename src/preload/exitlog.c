@@ -1,81 +1,211 @@
 /*
  * exitlog.c - with SOVIA_STAT_LOG=FILE, each process run under sovia
- * appends one JSON line to FILE when it exits: how many connections sovia
+ * appends one JSON line to FILE when it ends: how many connections sovia
  * carried, how many fell back to kernel TCP, and the bytes it moved. Tests
- * and scripts use it to prove a program's traffic really went over sovia.
+ * and scripts use it to prove a program's traffic really went over sovia
+ * (docs/ARCHITECTURE.md, "Exit records").
+ *
+ * Where: the variable as the process found it at start or at its last
+ * fork, kept in memory (nginx clears its workers' environment); at exit()
+ * the environment wins if it has the variable (empty: no record).
+ * exec.c puts the variable back into a next image's environment that
+ * lacks it. When: at exit(), or on a signal whose default action ends the
+ * process (signal.c stands in for SIG_DFL and calls exitlog_signal), once
+ * per process whichever comes first. The record is written with
+ * async-signal-safe calls only (no stdio, no allocation), and waits for
+ * locks other threads hold for 20 ms at most (stats.c).
  */
 #include <fcntl.h>
-#include <pthread.h>
-#include <stdio.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "preload.h"
 #include "sock.h"
 
-static void add_conn_bytes(struct sov_sock *s, bool closing, unsigned long long *sent,
-                           unsigned long long *received)
+#define LOG_NAME "SOVIA_STAT_LOG"
+
+/* The log's path: a new one goes to the other slot, then becomes current,
+ * so a signal handler reads a whole one. Written only by the constructor
+ * and a fork child's handler, while the process has one thread. */
+static struct {
+    char slot[2][PATH_MAX];
+    atomic_uint cur;
+} where;
+
+static const char *kept_path(void)
 {
-    if (!sov_sock_trylock(s))
-        return; /* busy in another thread: left out rather than waited for */
-    if (s->conn && (closing || !s->dead)) {
-        *sent += s->conn->stats.bytes_sent;
-        *received += s->conn->stats.bytes_received;
-    }
-    sov_sock_unlock(s);
+    return where.slot[atomic_load_explicit(&where.cur, memory_order_acquire) & 1];
 }
 
-/* Bytes of the connections still open at exit, or still closing (a
- * destroyed one's were added to the totals when it went): an inetd service
- * exits with its socket open, and a close finishes in the service thread. */
-static void live_bytes(unsigned long long *sent, unsigned long long *received)
+static void keep_path(const char *path)
 {
-    if (pthread_mutex_trylock(&sov_g.lock) == 0) {
-        for (struct sov_sock *s = sov_g.closing; s; s = s->next_closing)
-            add_conn_bytes(s, true, sent, received);
-        pthread_mutex_unlock(&sov_g.lock);
+    unsigned c = atomic_load_explicit(&where.cur, memory_order_relaxed);
+    size_t n = strlen(path);
+    if (n >= PATH_MAX)
+        n = 0; /* no file can have that name */
+    memcpy(where.slot[(c + 1) & 1], path, n);
+    where.slot[(c + 1) & 1][n] = '\0';
+    atomic_store_explicit(&where.cur, c + 1, memory_order_release);
+}
+
+/* Once per process: NOT_YET, then WRITING, then WRITTEN. */
+enum { NOT_YET, WRITING, WRITTEN };
+static atomic_int state;
+
+/* ---- The line, built without stdio ----------------------------------------- */
+
+struct line {
+    char buf[2048]; /* exe escaped (6 bytes a byte at most) and the numbers */
+    size_t len;
+};
+
+static void put(struct line *l, const char *s)
+{
+    for (; *s && l->len < sizeof(l->buf); s++)
+        l->buf[l->len++] = *s;
+}
+
+static void put_uint(struct line *l, unsigned long long v)
+{
+    char digits[24];
+    size_t n = 0;
+    do
+        digits[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    while (n && l->len < sizeof(l->buf))
+        l->buf[l->len++] = digits[--n];
+}
+
+/* A JSON string's contents: quote, backslash and control bytes escaped. */
+static void put_json(struct line *l, const char *s)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[7] = {'\\', (char)c, 0};
+        if (c < 0x20) {
+            const char *hex = "0123456789abcdef";
+            memcpy(esc, "\\u00", 4);
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            esc[6] = 0;
+        } else if (c != '"' && c != '\\') {
+            esc[0] = (char)c;
+            esc[1] = 0;
+        }
+        put(l, esc);
     }
-    struct sov_sock *seen[64];
-    unsigned nseen = 0;
-    for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {
-        struct sov_sock *s = sov_lookup(fd);
-        bool again = false;
-        for (unsigned i = 0; s && i < nseen && !again; i++)
-            again = seen[i] == s; /* dup'ed: counted once */
-        if (!s || again)
-            continue;
-        if (nseen < 64)
-            seen[nseen++] = s;
-        add_conn_bytes(s, false, sent, received);
+}
+
+static void put_field(struct line *l, const char *name, unsigned long long v)
+{
+    put(l, ", \"");
+    put(l, name);
+    put(l, "\": ");
+    put_uint(l, v);
+}
+
+/* `sig`: the signal that ends the process, 0 at exit(). */
+static void write_record(const char *path, int sig)
+{
+    struct sov_tally t;
+    sov_tally(&t);
+    if (!path || !*path || t.carried + t.fell_back + t.kernel == 0)
+        return; /* only processes that made or took TCP connections */
+    char exe[256] = "?";
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    exe[n > 0 ? n : 1] = '\0';
+    struct line l = {.len = 0};
+    put(&l, "{\"pid\": ");
+    put_uint(&l, (unsigned long long)getpid());
+    put(&l, ", \"exe\": \"");
+    put_json(&l, exe);
+    put(&l, "\"");
+    put_field(&l, "carried", t.carried);
+    put_field(&l, "fell_back", t.fell_back);
+    put_field(&l, "kernel", t.kernel);
+    put_field(&l, "redirected", t.redirected);
+    put_field(&l, "bytes_sent", t.bytes_sent);
+    put_field(&l, "bytes_received", t.bytes_received);
+    put_field(&l, "signal", (unsigned long long)sig);
+    put(&l, "}\n");
+    if (l.len == sizeof(l.buf))
+        return; /* cannot be: the fields are bounded */
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    if (real.write(fd, l.buf, l.len) < 0) {
+        /* nothing to do at exit */
     }
+    real.close(fd);
+}
+
+static bool claim(void)
+{
+    int expect = NOT_YET;
+    return atomic_compare_exchange_strong(&state, &expect, WRITING);
+}
+
+/* ---- When ---------------------------------------------------------------- */
+
+void exitlog_signal(int sig)
+{
+    if (claim()) {
+        write_record(kept_path(), sig);
+        atomic_store(&state, WRITTEN);
+        return;
+    }
+    /* Another thread writes it (a second signal, or exit()): the process
+     * must not die under it, but not wait for ever either. */
+    struct timespec ms = {0, 1000000};
+    for (int i = 0; i < 1000 && atomic_load(&state) == WRITING; i++)
+        nanosleep(&ms, NULL);
 }
 
 __attribute__((destructor)) static void write_exit_record(void)
 {
-    const char *path = getenv("SOVIA_STAT_LOG");
-    unsigned carried = atomic_load(&sov_g.tp_paired), fell_back = atomic_load(&sov_g.tp_fell_back),
-             kernel = atomic_load(&sov_g.tp_kernel);
-    if (!path || !*path || carried + fell_back + kernel == 0)
-        return; /* only processes that made or took TCP connections */
-    unsigned long long sent = atomic_load(&sov_g.bytes_sent),
-                       received = atomic_load(&sov_g.bytes_received);
-    live_bytes(&sent, &received);
-    char exe[256] = "?";
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    exe[n > 0 ? n : 1] = '\0';
-    char line[512];
-    int len = snprintf(line, sizeof(line),
-                       "{\"pid\": %d, \"exe\": \"%s\", \"carried\": %u, \"fell_back\": %u, "
-                       "\"kernel\": %u, \"redirected\": %u, \"bytes_sent\": %llu, "
-                       "\"bytes_received\": %llu}\n",
-                       (int)getpid(), exe, carried, fell_back, kernel,
-                       atomic_load(&sov_g.tp_redirected), sent, received);
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return;
-    if (len > 0 && real.write(fd, line, (size_t)len) < 0) {
-        /* nothing to do at exit */
+    /* A handler of ours on this thread must not find the record half
+     * written (it would wait for it). */
+    sigset_t ending, old;
+    preload_ending_signals(&ending);
+    pthread_sigmask(SIG_BLOCK, &ending, &old);
+    if (claim()) { /* else written already, or by a handler that ends us */
+        const char *env = getenv(LOG_NAME);
+        write_record(env ? env : kept_path(), 0);
+        atomic_store(&state, WRITTEN);
     }
-    real.close(fd);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* At start and in a fork child: the variable, if the environment has it
+ * (the child may have been given another by its parent's setenv). */
+void exitlog_capture(void)
+{
+    const char *env = getenv(LOG_NAME);
+    if (env)
+        keep_path(env);
+    atomic_store(&state, NOT_YET); /* a child writes its own */
+    if (*kept_path())
+        preload_signals_arm();
+}
+
+__attribute__((constructor)) static void exitlog_start(void)
+{
+    preload_ready();
+    exitlog_capture();
+}
+
+/* The log a next image should be told of: the kept one, if its
+ * environment does not name one (not even empty: the program's choice). */
+const char *exitlog_for_exec(char *const envp[])
+{
+    for (char *const *e = envp; e && *e; e++)
+        if (strncmp(*e, LOG_NAME "=", sizeof(LOG_NAME)) == 0)
+            return NULL;
+    const char *path = kept_path();
+    return *path ? path : NULL;
 }

@@ -100,6 +100,21 @@ void listener_drop(int fd);
 void epoll_forget_fd(int fd);
 void epoll_close_fd(int fd); /* fd itself (maybe an epoll set) is closed */
 
+/* signal.c: the signals whose default action ends the process and that
+ * exitlog.c writes a record for; arm: stand in for SIG_DFL from now on. */
+void preload_ending_signals(sigset_t *set);
+void preload_signals_arm(void);
+
+/* exitlog.c: the exit record (SOVIA_STAT_LOG). */
+void exitlog_capture(void);     /* at start and in a fork child */
+void exitlog_signal(int sig);   /* async-signal-safe: before `sig` ends the process */
+/* The SOVIA_STAT_LOG path to put in a next image's environment, which
+ * lacks the variable; NULL if envp has it, or no log is named. */
+const char *exitlog_for_exec(char *const envp[]);
+/* exec.c: the environment of a next image (SOVIA_INHERIT=memfd when
+ * memfd >= 0, SOVIA_STAT_LOG put back); NULL: use envp. free() it. */
+char **preload_exec_env(char *const envp[], int memfd, bool *memfd_kept);
+
 /* poll.c */
 int poll_any(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask);
 /* A wait's timespec: valid (NULL is), and in whole ms rounded up (-1 for NULL). */

@@ -11,7 +11,9 @@
  * wrappers, which hand the surviving connections to the new image. The
  * child reports a failure before or in exec through a close-on-exec pipe;
  * posix_spawn returns that error number, as glibc's does, once the child
- * has exec'd or failed. Otherwise glibc's functions run unchanged.
+ * has exec'd or failed. Otherwise glibc's functions run unchanged (with
+ * SOVIA_STAT_LOG put back into an environment that dropped it, as the exec
+ * wrappers do).
  *
  * vfork is fork: a vfork child shares the parent's memory, and everything
  * the wrappers it calls do (the exec handover quiesces connections and
@@ -393,7 +395,13 @@ static int spawn(bool search, pid_t *pid, const char *file, const posix_spawn_fi
     }
     pthread_once(&resolved, resolve_once);
     spawn_fn *next = search ? libc_spawnp : libc_spawn;
-    return next ? next(pid, file, fa, attr, argv, envp) : ENOSYS;
+    if (!next)
+        return ENOSYS;
+    bool unused;
+    char **env = preload_exec_env(envp, -1, &unused); /* SOVIA_STAT_LOG put back */
+    int rc = next(pid, file, fa, attr, argv, env ? env : envp);
+    free(env);
+    return rc;
 }
 
 PRELOAD_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,

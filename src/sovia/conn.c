@@ -208,8 +208,8 @@ void sov_conn_destroy(struct sov_conn *c)
 {
     if (!c)
         return;
-    atomic_fetch_add(&sov_g.bytes_sent, c->stats.bytes_sent);
-    atomic_fetch_add(&sov_g.bytes_received, c->stats.bytes_received);
+    atomic_fetch_add(&sov_g.bytes_sent, c->stats.bytes_sent - c->base_sent);
+    atomic_fetch_add(&sov_g.bytes_received, c->taken);
     sov_shared_drop(c);
     VIP_VI_STATE st = VIP_STATE_IDLE;
     if (c->vi)

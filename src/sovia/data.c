@@ -698,6 +698,7 @@ static size_t copy_out(struct sov_conn *c, const struct iovec *iov, int iovcnt, 
     if (!peek) {
         c->rq_off = off;
         c->rx_bytes -= done + passed;
+        c->taken += done + passed;
         if (c->urg && done + passed > c->urg_ahead)
             c->urg = c->urg_valid = false; /* the reader went past the mark */
         else if (c->urg)

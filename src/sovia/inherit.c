@@ -24,7 +24,7 @@
 #include "transparent.h"
 
 #define INHERIT_MAGIC 0x53564948u /* "SVIH" */
-#define INHERIT_VERSION 2u
+#define INHERIT_VERSION 3u
 #define INHERIT_NAMES 16 /* descriptors naming one connection */
 #define INHERIT_MAX_BUFFERS 65536
 
@@ -54,6 +54,7 @@ struct inh_conn {
     uint64_t urg_ahead;
     int32_t rec_fd; /* the shared record (shared.c), or -1 */
     struct sov_stats stats;
+    uint64_t base_sent, taken; /* what this process moved (stats.c) */
     VIPX_STATE vi;
 };
 
@@ -184,6 +185,8 @@ static bool export_conn(struct sov_handoff *h, struct sov_sock *s, const int32_t
     r.urg_ahead = c->urg_ahead;
     r.shared = c->shared;
     r.stats = c->stats;
+    r.base_sent = c->base_sent;
+    r.taken = c->taken;
     uint32_t recvq[c->rq_count ? 2 * c->rq_count : 1];
     for (unsigned k = 0; k < c->rq_count; k++) {
         unsigned i = c->recvq[(c->rq_head + k) % (c->nrecv + 1)];
@@ -329,6 +332,8 @@ static void restore_conn(struct sov_conn *c, const struct inh_conn *r, const uin
     c->urg_ahead = c->urg ? r->urg_ahead : 0;
     c->shared = r->shared;
     c->stats = r->stats;
+    c->base_sent = r->base_sent <= r->stats.bytes_sent ? r->base_sent : r->stats.bytes_sent;
+    c->taken = r->taken;
 }
 
 static void restore_sock(struct sov_sock *s, struct sov_conn *c, const struct inh_conn *r)

@@ -186,6 +186,11 @@ struct sov_conn {
     uint8_t urg_byte;
     size_t urg_ahead;
     struct sov_stats stats;
+    /* What this process moved itself, for its exit record (stats.c): the
+     * bytes sent since it got its copy (stats' count then: base_sent),
+     * and the bytes its reads took from the stream (whichever holder
+     * handled their arrival). */
+    uint64_t base_sent, taken;
 };
 
 /* ---- A socket ---------------------------------------------------------- */
@@ -239,6 +244,7 @@ struct sov_sock {
     bool timed;
     uint64_t close_deadline_ns;
     struct sov_conn *rec_entered; /* its record is held by this section */
+    uint32_t tally_gen; /* counted once per walk of stats.c (dup'ed names) */
 };
 
 /* shared.c: a connection held by several processes. Every section of a
@@ -294,12 +300,25 @@ struct sov_global {
     bool inheritable;
     VIPX_STATE *inherited_cq;
     pid_t pid; /* this process (a vfork child sees another pid) */
-    /* Totals for `sovia run`'s exit record (SOVIA_STAT_LOG). */
+    /* Totals for `sovia run`'s exit record (SOVIA_STAT_LOG), this
+     * process's own (a fork child starts again: sov_tally_forked). */
     atomic_ullong bytes_sent, bytes_received; /* of destroyed connections */
     atomic_uint tp_paired, tp_fell_back, tp_kernel, tp_redirected;
 };
 
 extern struct sov_global sov_g;
+
+/* stats.c: what this process carried and moved, for `sovia run`'s exit
+ * record (docs/ARCHITECTURE.md, "Exit records"). sov_tally waits at most
+ * 20 ms in all for locks busy in other threads (then leaves those bytes
+ * out), so a signal handler may call it in a thread that holds no socket
+ * lock. */
+struct sov_tally {
+    unsigned carried, fell_back, kernel, redirected;
+    unsigned long long bytes_sent, bytes_received;
+};
+void sov_tally(struct sov_tally *t);
+void sov_tally_forked(void); /* in the child: only what it inherited */
 
 /* api.c / table.c */
 int sov_init(void); /* once per process; 0 or -errno */

@@ -25,6 +25,8 @@ static pid_t main_pid;
 static char stat_path[64];
 static int failed, passed, skipped;
 static unsigned min_carried = 1;
+static bool want_server_bytes;
+static unsigned long long server_sent, server_received;
 static bool kernel_mode; /* PRELOAD_TEST_KERNEL=1 */
 
 static bool known_bugs_on(void)
@@ -75,8 +77,9 @@ static void remove_stat_log(void)
         return;
     unlink(stat_path);
     stat_path[0] = '\0';
-    /* the preload writes this process's own record after atexit handlers */
-    unsetenv("SOVIA_STAT_LOG");
+    /* the preload writes this process's own record after atexit handlers:
+     * empty turns it off (unset, the path it kept would be used) */
+    setenv("SOVIA_STAT_LOG", "", 1);
 }
 
 /* The main process killed by its watchdog or ctest: no stat log left behind.
@@ -324,7 +327,7 @@ static void run_role(void *arg)
     close(l->close_a);
     close(l->close_b);
     if (strcmp(l->r.role, "server") == 0) {
-        if (!(l->flags & P_SERVER_PLAIN)) {
+        if (!(l->flags & (P_SERVER_PLAIN | P_SERVER_OWN_PORT))) {
             l->r.lfd = p_listener(&l->r.port);
             p_put_int(&l->r, l->r.port);
         }
@@ -372,6 +375,12 @@ static bool check_record(pid_t pid, const char *role, bool carried, bool kernel,
         p_log("FAIL: %s: fell_back %u, want >= 1", role, st.fell_back);
         return false;
     }
+    if (want_server_bytes && strcmp(role, "server") == 0 &&
+        (st.bytes_sent != server_sent || st.bytes_received != server_received)) {
+        p_log("FAIL: %s: sent %llu received %llu, want %llu and %llu", role, st.bytes_sent,
+              st.bytes_received, server_sent, server_received);
+        return false;
+    }
     return true;
 }
 
@@ -379,7 +388,8 @@ static bool check_no_record(pid_t pid, const char *role)
 {
     struct p_stat st;
     if (p_stat_of(pid, &st)) {
-        p_log("FAIL: %s (pid %d) ran without the preload but wrote a record", role, (int)pid);
+        p_log("FAIL: %s (pid %d) wrote a record, want none (no preload, or no log)", role,
+              (int)pid);
         return false;
     }
     return true;
@@ -389,6 +399,7 @@ void p_case(const char *name, p_role_fn server, p_role_fn client, int flags)
 {
     if (!p_selected(name)) {
         min_carried = 1;
+        want_server_bytes = false;
         return;
     }
     case_name = name;
@@ -440,6 +451,8 @@ void p_case(const char *name, p_role_fn server, p_role_fn client, int flags)
     if (ok && !(flags & P_NO_STATS) && !kernel_mode) {
         if (flags & P_SERVER_PLAIN)
             ok &= check_no_record(ps, "server");
+        else if (flags & P_SERVER_OWN_PORT)
+            ; /* the role checked its own process's */
         else if (flags & (P_CARRIED | P_SERVER_KERNEL))
             ok &= check_record(ps, "server", flags & P_CARRIED, flags & P_SERVER_KERNEL, false,
                                false);
@@ -452,6 +465,7 @@ void p_case(const char *name, p_role_fn server, p_role_fn client, int flags)
     }
     alarm(0);
     min_carried = 1;
+    want_server_bytes = false;
     p_log("%s", ok ? "ok" : "FAILED");
     if (ok)
         passed++;
@@ -463,6 +477,13 @@ void p_case(const char *name, p_role_fn server, p_role_fn client, int flags)
 void p_expect_carried(unsigned n)
 {
     min_carried = n;
+}
+
+void p_expect_server_bytes(unsigned long long sent, unsigned long long received)
+{
+    want_server_bytes = true;
+    server_sent = sent;
+    server_received = received;
 }
 
 bool p_asan(void)
@@ -482,6 +503,7 @@ void p_case_skip(const char *name, const char *why)
     p_log("SKIP: %s", why);
     case_name = "";
     min_carried = 1;
+    want_server_bytes = false;
     skipped++;
 }
 
@@ -585,7 +607,8 @@ static bool field(const char *line, const char *key, unsigned long long *v)
 
 bool p_stat_of(pid_t pid, struct p_stat *st)
 {
-    const char *path = getenv("SOVIA_STAT_LOG");
+    /* the harness's own name first: a role may have cleared its environment */
+    const char *path = stat_path[0] ? stat_path : getenv("SOVIA_STAT_LOG");
     FILE *f = path ? fopen(path, "r") : NULL;
     if (!f)
         return false;
@@ -599,8 +622,10 @@ bool p_stat_of(pid_t pid, struct p_stat *st)
             !field(line, "kernel", &v[3]) || !field(line, "redirected", &v[4]) ||
             !field(line, "bytes_sent", &v[5]) || !field(line, "bytes_received", &v[6]))
             continue;
+        unsigned long long sig;
         *st = (struct p_stat){(int)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3],
-                              (unsigned)v[4], v[5], v[6]};
+                              (unsigned)v[4], v[5], v[6],
+                              field(line, "signal", &sig) ? (int)sig : -1};
         found = true;
     }
     fclose(f);

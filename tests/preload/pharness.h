@@ -94,6 +94,10 @@ enum {
     P_NO_STATS = 64,      /* nothing asserted about the records */
     P_CLIENT_REDIRECTED = 128, /* client: a record with carried >= 1, every one
                                   redirected to the accepting process */
+    P_SERVER_OWN_PORT = 256, /* the harness makes no listener: a process the
+                                server role starts listens, and the role sends
+                                the port with p_put_int; the role's own record
+                                is not checked (it checks its process's) */
 };
 
 /* Names the test, checks the preload is loaded, makes the stat log. */
@@ -107,6 +111,8 @@ void p_case_known_bug(const char *name, p_role_fn server, p_role_fn client,
 void p_case_skip(const char *name, const char *why);
 /* For the next case only: P_CARRIED wants carried >= n (default 1). */
 void p_expect_carried(unsigned n);
+/* For the next case only: the server's record moved exactly these bytes. */
+void p_expect_server_bytes(unsigned long long sent, unsigned long long received);
 /* Is this case selected (PRELOAD_TEST_CASES)? */
 bool p_selected(const char *name);
 /* PRELOAD_TEST_KERNEL=1: the reference run on kernel TCP. */
@@ -174,6 +180,7 @@ struct p_stat {
     int pid;
     unsigned carried, fell_back, kernel, redirected;
     unsigned long long bytes_sent, bytes_received;
+    int signal; /* that ended it (0: exit), -1 if the record does not say */
 };
 /* The record of pid in SOVIA_STAT_LOG; false if it wrote none. */
 bool p_stat_of(pid_t pid, struct p_stat *st);

@@ -10,8 +10,9 @@ and the workers (stopped gracefully, SIGQUIT) carried them. Only one side
 under sovia: kernel TCP. 500 small requests over one connection are timed
 with and without sovia (printed, not checked).
 
-nginx clears its workers' environment: the configuration passes
-SOVIA_STAT_LOG on (`env`). sovia carries connections between processes of
+nginx clears its workers' environment: they write their records where
+the master found SOVIA_STAT_LOG (the preload keeps it; no `env` directive
+passes it on). sovia carries connections between processes of
 one user only, and nginx started as root runs its workers as `nobody`:
 under root the test keeps them root (`user root root;`).
 
@@ -33,8 +34,7 @@ def config(tmp, port):
     return f"""daemon off;
 master_process on;
 worker_processes 2;
-{user}env SOVIA_STAT_LOG;
-pid {tmp}/nginx.pid;
+{user}pid {tmp}/nginx.pid;
 error_log {tmp}/error.log info;
 events {{ worker_connections 64; }}
 http {{
