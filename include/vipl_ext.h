@@ -113,6 +113,19 @@ VIP_RETURN VipxCQArm(VIP_CQ_HANDLE CQHandle, VIP_BOOLEAN Arm);
 VIP_RETURN VipxWakeWaiters(void);
 
 /*
+ * Nudges: a VI's consumer asks the peer's to look at the VI now, even if
+ * the peer's program waits elsewhere: VipxViNudge sends the notice beside
+ * the data path (the shm provider: on the connection's socket), and the
+ * peer's provider calls the handler set with VipxNicSetNudgeHandler on one
+ * of its own threads, with that VI (keep it short; it must not block). A
+ * nudge is only a hint: a peer may send them without cause.
+ */
+typedef void (*VIPX_NUDGE_HANDLER)(VIP_PVOID Context, VIP_VI_HANDLE ViHandle);
+VIP_RETURN VipxViNudge(VIP_VI_HANDLE ViHandle);
+VIP_RETURN VipxNicSetNudgeHandler(VIP_NIC_HANDLE NicHandle, VIPX_NUDGE_HANDLER Handler,
+                                  VIP_PVOID Context);
+
+/*
  * Explicit listening. VipxListen makes LocalAddr's discriminator accept
  * requests now (they queue until VipConnectWait takes them), or answers
  * VIP_ERROR_RESOURCE when another process listens on it. VipxUnlisten stops:

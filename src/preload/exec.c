@@ -3,9 +3,10 @@
  * that survives exec goes to the new program (the sockets layer's
  * inherit.c): its description travels in a memfd named by SOVIA_INHERIT in
  * the new program's environment, and the new image's preload takes it
- * before main(). A program started without the preload (LD_PRELOAD gone
- * from its environment) gets nothing: its sovia connections end (the peer
- * reads the end of stream) and it keeps only the idle kernel sockets.
+ * before main(). A program that will not run sovia (LD_PRELOAD gone from
+ * its environment, or an image the preload cannot follow: image.c) gets
+ * kernel sockets that carry the whole stream: the connections it would
+ * inherit go back to them first, in mid-stream (migrate.c).
  *
  * glibc's posix_spawn, system and popen exec without these wrappers; while
  * carried connections exist, spawn.c and spawn_shell.c run them through
@@ -22,6 +23,7 @@
 
 #include "preload.h"
 #include "sock.h"
+#include "transparent.h"
 
 #define INHERIT_VAR "SOVIA_INHERIT="
 #define STAT_LOG_VAR "SOVIA_STAT_LOG="
@@ -108,7 +110,16 @@ static int do_exec(enum exec_kind kind, const char *file, int fd, char *const ar
     if (!libc.execve)
         resolve();
     struct sov_handoff h = {.memfd = -1};
-    if (preloads_sovia(envp))
+    bool follows = preloads_sovia(envp);
+    if (atomic_load(&sov_g.open_conns)) {
+        char *found = kind == BY_SEARCH ? preload_image_search(file) : NULL;
+        if (follows && !preload_image_runs_sovia(kind == BY_SEARCH ? found : file, fd))
+            follows = false;
+        free(found);
+        if (!follows)
+            sov_tp_migrate_inherited();
+    }
+    if (follows)
         sov_inherit_export(&h);
     bool kept;
     char **env = preload_exec_env(envp, h.memfd, &kept);

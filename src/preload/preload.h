@@ -94,6 +94,13 @@ void stdio_follow_socket(int fd);
  * an error). */
 ssize_t stdio_write_full(int fd, const char *buf, size_t len);
 void listeners_after_fork_child(void);
+/* image.c: whether the program an exec starts loads the preload and reads
+ * its sockets through libc (path, or fd >= 0 for fexecve). */
+bool preload_image_runs_sovia(const char *path, int fd);
+char *preload_image_search(const char *file); /* execvp's search; malloc'd or NULL */
+/* sandbox.c: an io_uring instance in the process makes sovia step aside
+ * (its connections back to the kernel, no new one carried): true then. */
+bool preload_io_uring_check(void);
 void listener_drop(int fd);
 
 /* epoll.c: a closed descriptor leaves the epoll sets that hold it. */

@@ -210,7 +210,7 @@ PRELOAD_EXPORT int listen(int fd, int backlog)
     preload_ready();
     int rc = real.listen(fd, backlog);
     int domain;
-    if (rc != 0 || !tcp_stream(fd, &domain))
+    if (rc != 0 || atomic_load(&sov_g.inert) || !tcp_stream(fd, &domain))
         return rc;
     pthread_mutex_lock(&shadows_lock);
     bool have = shadow_find(fd) != NULL;
@@ -375,7 +375,7 @@ PRELOAD_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, in
     int saved = errno;
     struct sockaddr_storage peer;
     socklen_t plen = sizeof(peer);
-    if (getpeername(nfd, (struct sockaddr *)&peer, &plen) != 0 ||
+    if (preload_io_uring_check() || getpeername(nfd, (struct sockaddr *)&peer, &plen) != 0 ||
         (peer.ss_family != AF_INET && peer.ss_family != AF_INET6) ||
         !sov_addr_is_local((struct sockaddr *)&peer, plen)) {
         errno = saved;
@@ -429,7 +429,8 @@ PRELOAD_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t addrle
     bool tcp = addr && addrlen >= sizeof(struct sockaddr_in) && !carried(fd) &&
                (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) &&
                tcp_stream(fd, &domain) && addr->sa_family == domain;
-    if (tcp && sov_addr_port(addr) != 0 && sov_addr_is_local(addr, addrlen)) {
+    if (tcp && sov_addr_port(addr) != 0 && sov_addr_is_local(addr, addrlen) &&
+        !preload_io_uring_check()) {
         int saved = errno;
         if (local_address(fd, domain, &local) != 0 ||
             sov_tp_connect(fd, domain, (struct sockaddr *)&local, addr, is_nonblocking(fd), &s) != 0)

@@ -59,6 +59,7 @@ static void do_init(void)
         return;
     /* sovia does its own spinning (wait modes); vipl should sleep at once. */
     VipxSetWaitSpin(sov_g.nic, 0);
+    VipxNicSetNudgeHandler(sov_g.nic, sov_nudged, NULL);
     VIP_RETURN cq;
     if (sov_g.inherited_cq) /* peers keep waking the CQ the last image made */
         cq = VipxCQImport(sov_g.nic, 65536, sov_g.inherited_cq, &sov_g.cq);

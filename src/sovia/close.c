@@ -97,6 +97,14 @@ static bool service_timers(uint64_t now)
         } else if (s->conn && s->owned) {
             sov_progress(s); /* urgent data signals its owner */
         }
+        if (s->conn && s->migrating) { /* the peer went back to the kernel connection */
+            owned = true; /* the same short period */
+            sov_progress(s);
+            sov_mig_overdue(s->conn);
+            sov_mig_push(s);
+            if (sov_mig_over(s))
+                sov_wake_waiters(s); /* its pollers see it leave: the kernel's now */
+        }
         if (s->conn) /* an idle application must not hold a buffer back */
             sov_repost_deferred(s->conn);
         sov_sock_unlock(s);
@@ -133,6 +141,36 @@ static void service_pairing(void)
     }
 }
 
+static void ensure_service(void);
+
+/* A peer nudged one of our VIs (it leaves for the kernel connection:
+ * migrate.c): every carried connection not busy in a call of the program
+ * handles what came, which is how its REQUEST is answered while the
+ * program waits elsewhere (a pipe, a child). Rare: the scan is fine. */
+static void service_nudged(void)
+{
+    for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {
+        struct sov_sock *s = sov_lookup(fd);
+        if (!s || !s->transparent || !sov_sock_trylock(s))
+            continue;
+        if (!s->dead && s->kind == SK_CONNECTED && s->conn && !s->tp_waiting)
+            sov_progress(s);
+        sov_sock_unlock(s);
+    }
+}
+
+/* The provider's thread, with no lock of ours held. */
+void sov_nudged(void *ctx, VIP_VI_HANDLE vi)
+{
+    (void)ctx;
+    (void)vi;
+    pthread_mutex_lock(&sov_g.lock);
+    sov_g.nudged = true;
+    ensure_service();
+    pthread_cond_signal(&sov_g.service_cond);
+    pthread_mutex_unlock(&sov_g.lock);
+}
+
 static void *service_thread(void *arg)
 {
     (void)arg;
@@ -146,6 +184,13 @@ static void *service_thread(void *arg)
     for (;;) {
         bool closing = sov_g.closing != NULL, timed = sov_g.timed != NULL;
         bool pairing = sov_g.pairing != NULL;
+        if (sov_g.nudged) {
+            sov_g.nudged = false;
+            pthread_mutex_unlock(&sov_g.lock);
+            service_nudged();
+            pthread_mutex_lock(&sov_g.lock);
+            continue;
+        }
         uint64_t wait_ms = 0;
         if (closing)
             wait_ms = close_poll_ms;

@@ -37,7 +37,7 @@ int sov_config_check(const struct sov_config *c)
  * (docs/PROTOCOL.md explains the one more than the paper's w + w/t + 1). */
 unsigned sov_recv_buffers(const struct sov_config *c)
 {
-    return c->window + (c->window + c->ack_threshold - 1) / c->ack_threshold + 2;
+    return c->window + (c->window + c->ack_threshold - 1) / c->ack_threshold + 3;
 }
 
 struct label {

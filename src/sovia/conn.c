@@ -234,6 +234,7 @@ void sov_conn_destroy(struct sov_conn *c)
     free(c->sbuf);
     free(c->cbuf);
     free(c->early);
+    free(c->ret);
     free(c->recvq);
     free(c);
 }
@@ -246,6 +247,8 @@ void sov_conn_destroy(struct sov_conn *c)
  */
 int sov_conn_lost(struct sov_conn *c)
 {
+    if (c->peer_mig == PMIG_ENDED)
+        return 0; /* the peer left the VI for the kernel connection: no loss */
     VIPX_VI_STATS st;
     if (!c->reset && (c->peer_fin || (VipxQueryViStats(c->vi, &st) == VIP_SUCCESS &&
                                       st.PeerClosed))) {
@@ -264,7 +267,7 @@ static uint32_t packet_imm(const struct sov_conn *c, enum sov_pkt type, uint32_t
 {
     if (type == PKT_WAKEUP)
         return (uint32_t)PKT_WAKEUP | c->cfg.window << WAKEUP_WINDOW_SHIFT |
-               (c->nrecv - c->cfg.window - 2) << WAKEUP_SLOTS_SHIFT;
+               (c->nrecv - c->cfg.window - 3) << WAKEUP_SLOTS_SHIFT;
     if (type == PKT_REDIRECT)
         return (uint32_t)PKT_REDIRECT | extra;
     return pkt_imm(type, c->to_ack) | extra;
@@ -323,6 +326,11 @@ int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uin
 int sov_post_urgent(struct sov_conn *c, const void *data, uint32_t len, VIP_MEM_HANDLE mh)
 {
     return post(c, PKT_DATA, PKT_URG, data, len, mh);
+}
+
+int sov_post_migrate(struct sov_conn *c, uint32_t sub)
+{
+    return post(c, PKT_MIGRATE, sub << MIG_SUB_SHIFT, NULL, 0, 0);
 }
 
 int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type)

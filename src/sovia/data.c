@@ -47,6 +47,8 @@ VIP_DESCRIPTOR *sov_rdesc_reset(struct sov_conn *c, unsigned i)
 
 static int repost(struct sov_conn *c, unsigned i)
 {
+    if (c->peer_mig == PMIG_ENDED)
+        return 0; /* the peer left the VI (migrate.c): nothing more comes */
     VIP_DESCRIPTOR *d = sov_rdesc_reset(c, i);
     if (VipPostRecv(c->vi, d, c->desc_mh) != VIP_SUCCESS) {
         VIP_VI_STATE st;
@@ -60,7 +62,7 @@ static int repost(struct sov_conn *c, unsigned i)
 
 static void repost_and_ack(struct sov_conn *c, unsigned i)
 {
-    if (repost(c, i) != 0)
+    if (repost(c, i) != 0 || c->peer_mig == PMIG_ENDED)
         return;
     c->to_ack++;
     if (c->to_ack >= c->ack_every)
@@ -157,6 +159,10 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
         sov_conn_lost(c); /* flushed: the VI broke or the other side is gone */
         return;
     }
+    if (c->peer_mig == PMIG_ENDED) { /* it left the VI: nothing more may come */
+        sov_conn_abort(c);
+        return;
+    }
     uint32_t imm = d->CS.ImmediateData;
     uint32_t type = imm & PKT_TYPE_MASK, acks = (imm >> PKT_ACKS_SHIFT) & PKT_ACKS_MAX;
     if (type == PKT_WAKEUP) {
@@ -188,14 +194,35 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
     uint32_t allowed = PKT_TYPE_MASK | PKT_ACKS_MAX << PKT_ACKS_SHIFT;
     if (type == PKT_DATA)
         allowed |= PKT_URG;
+    if (type == PKT_MIGRATE)
+        allowed |= MIG_SUB_MASK << MIG_SUB_SHIFT | MIG_RESERVED_MASK; /* checked there */
     if (!c->peer_window || acks > c->peer_window - c->credits || (imm & ~allowed)) {
         sov_conn_abort(c);
         return;
     }
     c->credits += acks;
     switch (type) {
+    case PKT_MIGRATE: {
+        uint32_t len = d->CS.Length; /* the repost clears it */
+        if (repost(c, (unsigned)i) == 0)
+            sov_mig_packet(s, c, imm, len);
+        return;
+    }
     case PKT_DATA: {
         uint32_t len = d->CS.Length;
+        if (c->peer_mig == PMIG_ASKED) { /* our own bytes it had not read, back */
+            if (len == 0 || len > c->cfg.mtu || (imm & PKT_URG)) {
+                sov_conn_abort(c);
+                return;
+            }
+            sov_mig_returned(s, c, c->arena + i * c->cfg.mtu, len);
+            repost_and_ack(c, (unsigned)i);
+            return;
+        }
+        if (c->mig >= MIG_RETURNING) { /* after its ACK it sends no DATA */
+            sov_conn_abort(c);
+            return;
+        }
         /* DATA we hold and have not acknowledged: the peer may have sent
          * at most our window of it, and none after its FIN. */
         unsigned held = c->rq_count + (c->deferred >= 0) + c->to_ack;
@@ -227,7 +254,9 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
         repost(c, (unsigned)i);
         return;
     case PKT_FIN:
-        if (c->peer_fin) { /* a second FIN: the peer's state is not ours */
+        /* A second FIN: the peer's state is not ours; one after its
+         * migration request goes to the kernel connection. */
+        if (c->peer_fin || c->peer_mig) {
             sov_conn_abort(c);
             return;
         }
@@ -548,6 +577,8 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
     int err = send_error(s);
     if (err)
         return err;
+    if (s->conn->peer_mig) /* the peer went back to the kernel connection */
+        return sov_mig_send(s, iov, iovcnt, flags);
     if (flags & MSG_OOB)
         return send_urgent(s, iov, iovcnt, flags & ~MSG_OOB);
     bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
@@ -776,6 +807,8 @@ ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
         }
         if (s->rd_shut || c->peer_fin)
             return (ssize_t)got;
+        if (c->peer_mig && !c->reset) /* the rest of its stream: the kernel's */
+            return sov_mig_recv(s, iov, iovcnt, flags, got);
         if (c->reset) {
             if (got)
                 return (ssize_t)got;
@@ -799,6 +832,8 @@ int sov_send_fin(struct sov_sock *s)
     struct sov_conn *c = s->conn;
     if (c->wr_shut)
         return 0;
+    if (c->peer_mig)
+        return sov_mig_shutdown_wr(s);
     int rc = sov_flush(s, true);
     if (rc)
         return rc;

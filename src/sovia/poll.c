@@ -58,6 +58,8 @@ short sov_sock_revents(struct sov_sock *s, short events)
             r |= POLLHUP;
         if ((c->reset && !c->reset_told) || s->so_error)
             r |= POLLERR;
+        if (c->peer_mig) /* the peer went back to the kernel connection */
+            r = sov_mig_revents(s, r);
         break;
     }
     }

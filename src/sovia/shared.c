@@ -55,10 +55,11 @@ struct rec_state {
     uint8_t reset, reset_told, rd_shut, vi_saved;
     uint8_t tentative, urg, urg_valid, urg_byte;
     uint32_t early_len; /* bytes held in the early area until the pairing */
+    uint8_t mig, peer_mig, pad[6]; /* migrate.c (a peer's: never with a record) */
     VIPX_STATE vi;
 };
 
-_Static_assert(sizeof(struct rec_state) == 72 + sizeof(VIPX_STATE), "no padding");
+_Static_assert(sizeof(struct rec_state) == 80 + sizeof(VIPX_STATE), "no padding");
 
 #define REC_PIDS 16
 #define REAP_NS 10000000u
@@ -190,6 +191,8 @@ static size_t save(struct sov_sock *s, struct sov_conn *c, struct rec_state *st,
     st->reset_told = c->reset_told;
     st->rd_shut = s->rd_shut;
     st->early_len = c->early_len;
+    st->mig = c->mig;
+    st->peer_mig = c->peer_mig;
     st->urg = c->urg;
     st->urg_valid = c->urg_valid;
     st->urg_byte = c->urg_byte;
@@ -205,7 +208,8 @@ static bool record_sane(const struct sov_conn *c, const struct sov_rec *r)
     if (r->magic != REC_MAGIC || r->nrecv != c->nrecv || st->rq_count > c->nrecv ||
         st->nposted > c->nrecv - st->rq_count || st->peer_window > 1024 ||
         st->credits > st->peer_window || st->send_mtu > c->cfg.mtu ||
-        st->early_len > c->cfg.mtu || (st->urg && st->urg_ahead >= st->rx_bytes))
+        st->early_len > c->cfg.mtu || (st->urg && st->urg_ahead >= st->rx_bytes) ||
+        st->mig > MIG_DONE || st->peer_mig != PMIG_NONE)
         return false;
     uint64_t unread = 0;
     for (unsigned k = 0; k < st->rq_count; k++) {
@@ -263,6 +267,8 @@ static bool load(struct sov_sock *s, struct sov_conn *c, const struct sov_rec *r
     c->peer_gone = st->peer_gone;
     c->reset_told = st->reset_told;
     c->early_len = st->early_len;
+    c->mig = st->mig;
+    c->peer_mig = st->peer_mig;
     c->urg = st->urg;
     c->urg_valid = st->urg_valid;
     c->urg_byte = st->urg_byte;

@@ -33,6 +33,7 @@ enum sov_pkt {
     PKT_FIN = 4,
     PKT_FINACK = 5,
     PKT_REDIRECT = 6, /* sovia run: a ticket in bits 3-31 (docs/PROTOCOL.md) */
+    PKT_MIGRATE = 7,  /* sovia run: back to the kernel connection (migrate.c) */
 };
 
 #define PKT_TYPE_MASK 0x7u
@@ -51,6 +52,15 @@ static inline uint32_t pkt_imm(enum sov_pkt type, uint32_t acks)
 #define WAKEUP_SLOTS_SHIFT 20
 #define WAKEUP_FIELD_MASK 0xfffu
 #define WAKEUP_RESERVED_MASK 0xf8u /* bits 3-7 */
+
+/* MIGRATE: what of the migration it is (bits 3-4), bits 5-7 zero */
+#define MIG_SUB_SHIFT 3
+#define MIG_SUB_MASK 0x3u
+#define MIG_RESERVED_MASK 0xe0u
+enum { MIG_REQUEST = 0, MIG_ACK = 1, MIG_END = 2 };
+/* Our end's migration (sov_conn.mig), and the peer's (peer_mig). */
+enum { MIG_NONE, MIG_ASKED, MIG_RETURNING, MIG_DONE };
+enum { PMIG_NONE, PMIG_ASKED, PMIG_ENDED };
 
 /* REDIRECT: the ticket of the process that accepted the kernel connection */
 #define REDIRECT_TICKET_SHIFT 3
@@ -185,6 +195,15 @@ struct sov_conn {
     bool urg, urg_valid;
     uint8_t urg_byte;
     size_t urg_ahead;
+    /* sovia run: the connection going back to its kernel socket in
+     * mid-stream (migrate.c). mig: ours (we leave); peer_mig: the peer's.
+     * ret: what we owe the kernel connection before our program's next
+     * bytes: the peer's unread ones it gave back, then, the last ret_tail
+     * bytes until its END, what we had combined; ret_off of it is out. */
+    uint8_t mig, peer_mig;
+    uint64_t mig_deadline_ns; /* the peer's END is due (it asked) */
+    uint8_t *ret;
+    size_t ret_len, ret_off, ret_cap, ret_tail;
     struct sov_stats stats;
     /* What this process moved itself, for its exit record (stats.c): the
      * bytes sent since it got its copy (stats' count then: base_sent),
@@ -241,7 +260,8 @@ struct sov_sock {
     struct sov_sock *next_forking; /* locked across fork() (sov_before_fork) */
     bool forking;
     bool in_pairing;
-    bool timed;
+    atomic_bool timed; /* written under sov_g.lock; read by a packet's handler */
+    bool migrating;    /* the service thread pushes what it owes the kernel */
     uint64_t close_deadline_ns;
     struct sov_conn *rec_entered; /* its record is held by this section */
     uint32_t tally_gen; /* counted once per walk of stats.c (dup'ed names) */
@@ -304,6 +324,11 @@ struct sov_global {
      * process's own (a fork child starts again: sov_tally_forked). */
     atomic_ullong bytes_sent, bytes_received; /* of destroyed connections */
     atomic_uint tp_paired, tp_fell_back, tp_kernel, tp_redirected;
+    atomic_uint tp_migrated; /* carried connections moved back to the kernel */
+    /* sovia run: no new connection is carried (the process sandboxed
+     * itself: sovia's system calls may no longer be allowed). */
+    atomic_bool inert;
+    bool nudged; /* a peer nudged a VI: the service thread looks (sov_g.lock) */
 };
 
 extern struct sov_global sov_g;
@@ -314,7 +339,7 @@ extern struct sov_global sov_g;
  * out), so a signal handler may call it in a thread that holds no socket
  * lock. */
 struct sov_tally {
-    unsigned carried, fell_back, kernel, redirected;
+    unsigned carried, fell_back, kernel, redirected, migrated;
     unsigned long long bytes_sent, bytes_received;
 };
 void sov_tally(struct sov_tally *t);
@@ -410,6 +435,25 @@ void sov_shared_forked(bool child); /* after fork, in both processes */
 int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,
                     VIP_MEM_HANDLE mh);
 int sov_post_urgent(struct sov_conn *c, const void *data, uint32_t len, VIP_MEM_HANDLE mh);
+int sov_post_migrate(struct sov_conn *c, uint32_t sub);
+
+/* migrate.c: back to the kernel connection in mid-stream (sovia run). */
+/* Our end leaves: 0 when the kernel socket carries the stream from now on
+ * (the descriptor is no longer carried), -errno when the connection had to
+ * be reset. Caller holds s->lock; returns with it released. */
+int sov_migrate(struct sov_sock *s);
+void sov_mig_packet(struct sov_sock *s, struct sov_conn *c, uint32_t imm, uint32_t len);
+void sov_mig_returned(struct sov_sock *s, struct sov_conn *c, const uint8_t *p, uint32_t len);
+bool sov_mig_push(struct sov_sock *s);
+bool sov_mig_send_ready(const struct sov_conn *c);
+bool sov_mig_overdue(struct sov_conn *c); /* reset if the peer's END is late */
+bool sov_mig_over(const struct sov_sock *s); /* nothing is left on the VI */
+ssize_t sov_mig_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags);
+ssize_t sov_mig_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags,
+                     size_t got);
+short sov_mig_revents(struct sov_sock *s, short r);
+int sov_mig_shutdown_wr(struct sov_sock *s);
+void sov_mig_watch(struct sov_sock *s); /* the service thread pushes for it */
 int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);
 /* ticket: 0, or listen at that ticket's address of s->local (sovia run). */
 int sov_listen_start(struct sov_sock *s, int backlog, bool transparent, uint32_t ticket);
@@ -458,6 +502,7 @@ void sov_pairing_add(struct sov_sock *s);
 void sov_pairing_remove(struct sov_sock *s);
 void sov_conn_established(struct sov_sock *s);
 void sov_atexit(void);
+void sov_nudged(void *ctx, VIP_VI_HANDLE vi); /* VipxNicSetNudgeHandler's */
 void sov_stat_serve_start(void); /* statsrv.c: answers `sovia stat` */
 int sov_stat_fd(void);            /* its listening socket, or -1 */
 

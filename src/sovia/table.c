@@ -180,6 +180,7 @@ struct sov_sock *sov_sock_adopt(int fd, int domain, bool nonblock)
     s->in_pairing = false;
     s->nfds = 1;
     s->nodelay = s->reuseaddr = s->keepalive = s->oobinline = s->owned = false;
+    s->migrating = false;
     s->linger = (struct linger){0, 0};
     s->sndbuf = 212992;
     s->so_error = 0;

@@ -388,6 +388,14 @@ static int follow_redirect(struct sov_sock *s)
 enum sov_tp_state sov_tp_settle(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
+    /* Migrated (migrate.c): by another holder of ours, or the peer, and
+     * nothing of the stream is left on the VI. */
+    if (c && !s->tp_waiting && (c->mig || c->peer_mig) && sov_mig_over(s)) {
+        if (c->peer_mig && !c->mig)
+            atomic_fetch_add(&sov_g.tp_migrated, 1);
+        sov_tp_fall_back(s);
+        return SOV_TP_FELL_BACK;
+    }
     if (!c || !s->tp_waiting)
         return SOV_TP_PAIRED;
     bool server = !c->tentative_since_ns;
@@ -498,6 +506,13 @@ bool sov_tp_settle_wait(struct sov_sock **sp, int fd)
 static void fall_back(struct sov_sock *s)
 {
     atomic_fetch_add(&sov_g.tp_fell_back, 1);
+    sov_tp_fall_back(s);
+}
+
+/* fall_back, for a connection that moved over on purpose (migrate.c) or
+ * never paired: not counted as fallen back. */
+void sov_tp_fall_back(struct sov_sock *s)
+{
     sov_pairing_remove(s);
     sov_timer_remove(s); /* an owned socket (sov_tp_watch_owner) may be timed */
     s->dead = true;

@@ -88,6 +88,15 @@ bool sov_tp_forget(int fd); /* true: fd was one of several names, now dropped */
 void sov_tp_set_nonblock(int fd, bool on);
 /* fd was closed behind our back and its number reused: forget the old socket. */
 void sov_tp_drop_stale(int fd);
+/* Caller holds s->lock; returns with it released: s no longer carried. */
+void sov_tp_fall_back(struct sov_sock *s);
+/* Every connection this process carries goes back to its kernel socket in
+ * mid-stream (migrate.c), and no new one is carried after: before a
+ * seccomp filter, for instance. Returns how many had to be reset. */
+int sov_tp_migrate_all(void);
+/* Only those a new program image would get (descriptors without
+ * FD_CLOEXEC): before an exec that will not load sovia. */
+int sov_tp_migrate_inherited(void);
 int sov_tp_unread(int fd, int *bytes);
 /* SIOCATMARK: is the reader at the urgent mark (MSG_OOB)? */
 int sov_tp_atmark(int fd, int *at);

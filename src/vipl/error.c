@@ -36,6 +36,40 @@ void vipl_report_error(struct vipl_nic *nic, struct vipl_vi *vi, struct vipl_cq 
     handler(context, &ed);
 }
 
+VIPL_EXPORT VIP_RETURN VipxNicSetNudgeHandler(VIP_NIC_HANDLE NicHandle,
+                                              VIPX_NUDGE_HANDLER Handler, VIP_PVOID Context)
+{
+    struct vipl_nic *nic = nic_of(NicHandle);
+    if (!nic)
+        return VIP_INVALID_PARAMETER;
+    pthread_mutex_lock(&nic->lock);
+    nic->nudge_handler = Handler;
+    nic->nudge_context = Context;
+    pthread_mutex_unlock(&nic->lock);
+    return VIP_SUCCESS;
+}
+
+VIPL_EXPORT VIP_RETURN VipxViNudge(VIP_VI_HANDLE ViHandle)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi)
+        return VIP_INVALID_PARAMETER;
+    if (vipl_vi_state(vi) != VIP_STATE_CONNECTED)
+        return VIP_INVALID_STATE;
+    return vi->nic->prov->nudge_vi ? vi->nic->prov->nudge_vi(vi) : VIP_ERROR_NOT_SUPPORTED;
+}
+
+void vipl_report_nudge(struct vipl_vi *vi)
+{
+    struct vipl_nic *nic = vi->nic;
+    pthread_mutex_lock(&nic->lock);
+    VIPX_NUDGE_HANDLER handler = nic->nudge_handler;
+    VIP_PVOID context = nic->nudge_context;
+    pthread_mutex_unlock(&nic->lock);
+    if (handler)
+        handler(context, vi);
+}
+
 void vipl_vi_fail(struct vipl_vi *vi, VIP_ERROR_CODE code, VIP_DESCRIPTOR *desc)
 {
     int state = vipl_vi_state(vi);

@@ -93,6 +93,8 @@ struct vipl_nic {
     uint32_t mr_gen;
     VIP_ERROR_HANDLER err_handler;
     VIP_PVOID err_context;
+    VIPX_NUDGE_HANDLER nudge_handler; /* under lock */
+    VIP_PVOID nudge_context;
     atomic_ulong errors_reported;
     _Atomic uint64_t wait_spin_ns; /* …Wait polls this long before sleeping */
     unsigned n_vis, n_cqs, n_ptags;
@@ -222,6 +224,7 @@ struct vipl_provider {
     void (*after_fork)(struct vipl_nic *nic);   /* in the child */
     void (*leave_listening)(struct vipl_nic *nic); /* in the child: close its listener copies */
     VIP_RETURN (*share_vi)(struct vipl_vi *vi);  /* connected VIs only */
+    VIP_RETURN (*nudge_vi)(struct vipl_vi *vi);  /* connected VIs only */
     void (*release_vi)(struct vipl_vi *vi);      /* drop the connection locally */
 
     /* Handing objects to the next program image (VipxViExport & co.). */
@@ -241,6 +244,8 @@ extern const struct vipl_provider *const vipl_providers[];
 
 /* ---- Core services for providers --------------------------------------- */
 
+/* The peer nudged `vi` (VipxViNudge): calls the consumer's handler. */
+void vipl_report_nudge(struct vipl_vi *vi);
 /* Moves `vi` to ERROR (once) and reports `code` to the error handler. */
 void vipl_vi_fail(struct vipl_vi *vi, VIP_ERROR_CODE code, VIP_DESCRIPTOR *desc);
 void vipl_report_error(struct vipl_nic *nic, struct vipl_vi *vi, struct vipl_cq *cq,

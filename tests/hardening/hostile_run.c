@@ -421,6 +421,13 @@ static const struct scenario scenarios[] = {
     /* The urgent flag (bit 3) is DATA's only. */
     {"urgent_flag_on_fin", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(HS_FIN, 0) | 8u, 0}},
     {"type_7_payload", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(7, 0), 10}},
+    /* MIGRATE (type 7): an ACK or END nobody asked for, an unknown step,
+     * a reserved bit; a REQUEST never ended resets within a second. */
+    {"migrate_ack_unasked", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(7, 0) | 1u << 3, 0}},
+    {"migrate_end_unasked", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(7, 0) | 2u << 3, 0}},
+    {"migrate_step_3", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(7, 0) | 3u << 3, 0}},
+    {"migrate_reserved", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(7, 0) | 0x20u, 0}},
+    {"migrate_never_ends", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(7, 0), 0}},
     {"ack_count_over", hs_sc_packet, XP_BREAK, NULL, {HS_ACK, UINT32_MAX}},
     {"data_acks_max", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(HS_DATA, 0xffff), 10}},
     {"data_empty", hs_sc_packet, XP_BREAK, NULL, {HS_IMM(HS_DATA, 0), 0}},

@@ -338,16 +338,21 @@ static void run_role(void *arg)
 }
 
 static bool check_record(pid_t pid, const char *role, bool carried, bool kernel, bool fellback,
-                         bool redirected)
+                         bool redirected, bool migrated)
 {
     struct p_stat st;
     if (!p_stat_of(pid, &st)) {
         p_log("FAIL: %s (pid %d) wrote no SOVIA_STAT_LOG record", role, (int)pid);
         return false;
     }
-    p_log("%s record: carried %u fell_back %u kernel %u redirected %u sent %llu received %llu",
-          role, st.carried, st.fell_back, st.kernel, st.redirected, st.bytes_sent,
+    p_log("%s record: carried %u fell_back %u kernel %u redirected %u migrated %u sent %llu "
+          "received %llu",
+          role, st.carried, st.fell_back, st.kernel, st.redirected, st.migrated, st.bytes_sent,
           st.bytes_received);
+    if (migrated && st.migrated < 1) {
+        p_log("FAIL: %s: migrated %u, want >= 1", role, st.migrated);
+        return false;
+    }
     if (redirected && st.redirected != st.carried) {
         p_log("FAIL: %s: redirected %u, want every carried one (%u)", role, st.redirected,
               st.carried);
@@ -455,13 +460,13 @@ void p_case(const char *name, p_role_fn server, p_role_fn client, int flags)
             ; /* the role checked its own process's */
         else if (flags & (P_CARRIED | P_SERVER_KERNEL))
             ok &= check_record(ps, "server", flags & P_CARRIED, flags & P_SERVER_KERNEL, false,
-                               false);
+                               false, flags & P_MIGRATED);
         if (flags & P_CLIENT_PLAIN)
             ok &= check_no_record(pc, "client");
         else if (flags & (P_CARRIED | P_CLIENT_KERNEL | P_CLIENT_FELLBACK | P_CLIENT_REDIRECTED))
             ok &= check_record(pc, "client", flags & (P_CARRIED | P_CLIENT_REDIRECTED),
                                flags & P_CLIENT_KERNEL, flags & P_CLIENT_FELLBACK,
-                               flags & P_CLIENT_REDIRECTED);
+                               flags & P_CLIENT_REDIRECTED, flags & P_MIGRATED);
     }
     alarm(0);
     min_carried = 1;
@@ -555,6 +560,11 @@ void p_exec_plain(struct p_role *r, const char *what)
     exec_role(r, what, false, NULL);
 }
 
+void p_exec_plain_extra(struct p_role *r, const char *what, const char *extra)
+{
+    exec_role(r, what, false, extra);
+}
+
 void p_exec_again(struct p_role *r, const char *what, const char *extra)
 {
     exec_role(r, what, true, extra);
@@ -622,10 +632,11 @@ bool p_stat_of(pid_t pid, struct p_stat *st)
             !field(line, "kernel", &v[3]) || !field(line, "redirected", &v[4]) ||
             !field(line, "bytes_sent", &v[5]) || !field(line, "bytes_received", &v[6]))
             continue;
-        unsigned long long sig;
+        unsigned long long sig, mig;
         *st = (struct p_stat){(int)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3],
                               (unsigned)v[4], v[5], v[6],
-                              field(line, "signal", &sig) ? (int)sig : -1};
+                              field(line, "signal", &sig) ? (int)sig : -1,
+                              field(line, "migrated", &mig) ? (unsigned)mig : 0};
         found = true;
     }
     fclose(f);

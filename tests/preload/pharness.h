@@ -94,6 +94,7 @@ enum {
     P_NO_STATS = 64,      /* nothing asserted about the records */
     P_CLIENT_REDIRECTED = 128, /* client: a record with carried >= 1, every one
                                   redirected to the accepting process */
+    P_MIGRATED = 512,     /* with P_CARRIED: both records have migrated >= 1 */
     P_SERVER_OWN_PORT = 256, /* the harness makes no listener: a process the
                                 server role starts listens, and the role sends
                                 the port with p_put_int; the role's own record
@@ -134,6 +135,9 @@ bool p_reap(pid_t pid, const char *role);
  * image can rebuild the role with p_plain_role(). Call it before the role
  * made any socket. */
 __attribute__((noreturn)) void p_exec_plain(struct p_role *r, const char *what);
+/* p_exec_plain passing `extra` (p_exec_role gives it back). */
+__attribute__((noreturn)) void p_exec_plain_extra(struct p_role *r, const char *what,
+                                                  const char *extra);
 /* In main: if argv is such a re-exec, fills *r and returns `what`; else NULL. */
 const char *p_plain_role(int argc, char **argv, struct p_role *r);
 /* Re-executes the role as `what` with the preload kept (exec inheritance),
@@ -181,6 +185,7 @@ struct p_stat {
     unsigned carried, fell_back, kernel, redirected;
     unsigned long long bytes_sent, bytes_received;
     int signal; /* that ended it (0: exit), -1 if the record does not say */
+    unsigned migrated; /* connections moved back to the kernel in mid-stream */
 };
 /* The record of pid in SOVIA_STAT_LOG; false if it wrote none. */
 bool p_stat_of(pid_t pid, struct p_stat *st);

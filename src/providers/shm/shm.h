@@ -70,6 +70,7 @@ enum shm_msg_type {
     SHM_MSG_DISCONNECT,
     SHM_MSG_BROKEN,
     SHM_MSG_SHARED, /* another process holds our end too (fork): stop watching our pid */
+    SHM_MSG_NUDGE,  /* look at the VI now (VipxViNudge) */
 };
 
 struct shm_msg {
@@ -320,6 +321,7 @@ VIP_RETURN shm_connect_request(struct vipl_vi *vi, const VIP_NET_ADDRESS *local,
                                VIP_VI_ATTRIBUTES *rattrs);
 VIP_RETURN shm_disconnect(struct vipl_vi *vi);
 VIP_RETURN shm_share_vi(struct vipl_vi *vi);
+VIP_RETURN shm_nudge_vi(struct vipl_vi *vi);
 void shm_release_vi(struct vipl_vi *vi);
 VIP_RETURN shm_listen(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
 VIP_RETURN shm_unlisten(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);

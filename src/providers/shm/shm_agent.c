@@ -55,7 +55,8 @@ static void stop_watching_pid(struct shm_agent *a, struct shm_peer *peer)
 
 /* Reads what the peer sent. End-of-file without a notice is the last
  * holder on the other side closing or exiting: an orderly end. */
-static enum peer_news read_socket(struct shm_agent *a, struct shm_peer *peer, uint32_t events)
+static enum peer_news read_socket(struct shm_agent *a, struct shm_peer *peer, uint32_t events,
+                                  bool *nudged)
 {
     for (;;) {
         struct shm_msg m;
@@ -82,6 +83,8 @@ static enum peer_news read_socket(struct shm_agent *a, struct shm_peer *peer, ui
             return PEER_BROKEN;
         if (m.type == SHM_MSG_SHARED)
             stop_watching_pid(a, peer);
+        if (m.type == SHM_MSG_NUDGE)
+            *nudged = true;
     }
 }
 
@@ -112,10 +115,11 @@ static void *agent_thread(void *arg)
             return NULL; /* stop request */
         struct shm_vi *vi = (struct shm_vi *)(uintptr_t)(ev.data.u64 & ~(uint64_t)PIDFD_TAG);
         bool pid = ev.data.u64 & PIDFD_TAG;
+        bool nudged = false;
         pthread_mutex_lock(&a->lock);
         if (is_watched(a, vi) && vi->peer) {
             /* The socket first: a SHARED notice may stand before the death. */
-            enum peer_news news = read_socket(a, vi->peer, pid ? 0 : ev.events);
+            enum peer_news news = read_socket(a, vi->peer, pid ? 0 : ev.events, &nudged);
             if (news == PEER_ALIVE && pid && vi->peer->pidfd >= 0)
                 news = PEER_CLOSED;
             if (news != PEER_ALIVE) {
@@ -127,6 +131,12 @@ static void *agent_thread(void *arg)
             }
         }
         pthread_mutex_unlock(&a->lock);
+        /* Unlocked: the consumer's handler may take its own locks, and
+         * threads holding those may tear a VI down (which takes ours). A
+         * VI handle is never freed (pool.c), so a stale one only makes the
+         * handler look at a VI for nothing. */
+        if (nudged)
+            vipl_report_nudge(&vi->core);
     }
 }
 

@@ -604,6 +604,19 @@ VIP_RETURN shm_share_vi(struct vipl_vi *cvi)
     return VIP_SUCCESS;
 }
 
+VIP_RETURN shm_nudge_vi(struct vipl_vi *cvi)
+{
+    struct shm_vi *vi = shm_vi(cvi);
+    shm_lock(&vi->sq_lock);
+    VIP_RETURN r = VIP_INVALID_STATE;
+    if (vi->peer) {
+        shm_conn_notify(vi->peer, SHM_MSG_NUDGE);
+        r = VIP_SUCCESS;
+    }
+    shm_unlock(&vi->sq_lock);
+    return r;
+}
+
 /* Our references go (mappings, descriptors); the peer is told nothing. Its
  * connection socket reaches end-of-file when the last holder lets go. */
 void shm_release_vi(struct vipl_vi *cvi)

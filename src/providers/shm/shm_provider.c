@@ -128,6 +128,7 @@ const struct vipl_provider vipl_provider_shm = {
     .after_fork = shm_after_fork,
     .leave_listening = shm_leave_listening,
     .share_vi = shm_share_vi,
+    .nudge_vi = shm_nudge_vi,
     .release_vi = shm_release_vi,
     .vi_export = shm_vi_export,
     .vi_import = shm_vi_import,

@@ -1,0 +1,471 @@
+/*
+ * migrate.c - a carried connection goes back to its kernel TCP socket in
+ * mid-stream, under `sovia run` (docs/PROTOCOL.md, "Migration"): before
+ * its process installs a seccomp filter, execs a program that will not
+ * load sovia, or drives the socket other than through libc (io_uring).
+ *
+ * The kernel connection under a carried one is idle and in order, so the
+ * two ends only have to agree where each direction's stream leaves the VI:
+ *
+ *   A (leaving)                          B (its peer, stays a while)
+ *   MIG REQUEST after its last DATA  ->  reads A's DATA up to the REQUEST,
+ *   (A's next bytes: kernel socket)      then the kernel socket;
+ *                                    <-  MIG ACK after its last DATA (and
+ *                                        holds its program's next bytes)
+ *   DATA: B's bytes A had not read   ->  written to the kernel socket first
+ *   MIG END                          ->  then its program's bytes, there
+ *   drops the VI: a plain socket         drops the VI once its program has
+ *                                        read what A sent before REQUEST
+ *
+ * So no byte is lost, doubled or reordered, and neither program notices.
+ * A nudges B (VipxViNudge): B's threads answer within microseconds when
+ * they sleep in sovia, its service thread when its program waits
+ * elsewhere. Either end resets the connection if the other's next step
+ * (ACK, END) does not come within MIGRATE_WAIT_NS.
+ * B keeps the bytes A gave back in memory and writes them as the kernel
+ * connection takes them: by its own calls and by the service thread, so
+ * A's program, which reads them, is never waited for.
+ *
+ * A side of a shared connection (a record: several processes hold it) is
+ * migrated by one holder; the others see the record say so and let go of
+ * the VI. A B side with a record cannot hold the bytes given back where
+ * its other holders see them: such a connection is reset instead.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "sock.h"
+#include "transparent.h"
+
+/* How long either end waits for the other's next step of a migration
+ * (the ACK, the END) before it resets the connection. */
+#define MIGRATE_WAIT_NS 1000000000ull
+
+static int post_mig(struct sov_conn *c, uint32_t sub)
+{
+    return sov_post_migrate(c, sub);
+}
+
+/* ---- B: the peer leaves ------------------------------------------------------------ */
+
+/* Room for `more` bytes in the return buffer (bounded by what the peer
+ * could have held: its window of DATA plus our combined bytes). */
+static bool ret_room(struct sov_conn *c, size_t more)
+{
+    size_t cap_max = (size_t)(c->cfg.window + 1) * c->cfg.mtu;
+    if (c->ret_len + more > cap_max)
+        return false;
+    if (c->ret_len + more <= c->ret_cap)
+        return true;
+    size_t cap = c->ret_cap ? c->ret_cap : c->cfg.mtu;
+    while (cap < c->ret_len + more)
+        cap *= 2;
+    if (cap > cap_max)
+        cap = cap_max;
+    uint8_t *p = realloc(c->ret, cap);
+    if (!p)
+        return false;
+    c->ret = p;
+    c->ret_cap = cap;
+    return true;
+}
+
+/* Writes what is owed to the kernel connection, as far as it takes it now:
+ * the system call itself (send() is the preload's). False on an error the
+ * kernel connection reported (it is the stream's end now). */
+bool sov_mig_push(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    while (c->ret_off < c->ret_len) {
+        long r = syscall(SYS_sendto, s->fd, c->ret + c->ret_off, c->ret_len - c->ret_off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT, NULL, 0);
+        if (r > 0) {
+            c->ret_off += (size_t)r;
+            continue;
+        }
+        if (r < 0 && (errno == EAGAIN || errno == EINTR))
+            return true;
+        c->ret_off = c->ret_len; /* the kernel connection ended: nothing to deliver */
+        return false;
+    }
+    if (c->ret_len) {
+        c->ret_len = c->ret_off = 0;
+        if (c->peer_mig == PMIG_ENDED && c->wr_shut)
+            syscall(SYS_shutdown, s->fd, SHUT_WR); /* our FIN, after the bytes before it */
+    }
+    return true;
+}
+
+/* A peer that asked and never ended (it died, or lies): reset, not a
+ * sender waiting for ever. True if so. */
+bool sov_mig_overdue(struct sov_conn *c)
+{
+    if (c->peer_mig != PMIG_ASKED || c->reset || sov_now_ns() <= c->mig_deadline_ns)
+        return false;
+    sov_conn_abort(c);
+    return true;
+}
+
+/* Our send side is the kernel's now: the peer's END came and what it gave
+ * back, with what we had combined, went out. */
+bool sov_mig_send_ready(const struct sov_conn *c)
+{
+    return c->peer_mig == PMIG_ENDED && c->ret_len == 0;
+}
+
+/* The peer's REQUEST: its stream on the VI ended; ours ends with the ACK. */
+static void peer_asks(struct sov_sock *s, struct sov_conn *c)
+{
+    /* A socket our program closed has no kernel socket left to carry what
+     * it owes; one shared with a record cannot keep it where its other
+     * holders see it: reset (docs/PROTOCOL.md). */
+    if (c->rec || !c->peer_window || c->peer_mig != PMIG_NONE || !s->transparent ||
+        s->app_closed) {
+        sov_conn_abort(c);
+        return;
+    }
+    c->peer_mig = PMIG_ASKED;
+    c->mig_deadline_ns = sov_now_ns() + MIGRATE_WAIT_NS;
+    /* Combined bytes come after everything sent on the VI: the returned
+     * ones go first, so they wait in the same buffer, behind them. */
+    if (c->clen) {
+        if (!ret_room(c, c->clen)) {
+            sov_conn_abort(c);
+            return;
+        }
+        c->ret_tail = c->clen;
+        memcpy(c->ret, c->cbuf, c->clen);
+        c->ret_len = c->clen;
+        c->clen = 0;
+    }
+    if (post_mig(c, MIG_ACK) != 0)
+        sov_conn_abort(c);
+    sov_mig_watch(s);
+}
+
+/* DATA after the peer's REQUEST: our own bytes it had not read, given back
+ * in order, to go out on the kernel connection first (before our combined
+ * bytes, which stand at the buffer's end). */
+void sov_mig_returned(struct sov_sock *s, struct sov_conn *c, const uint8_t *p, uint32_t len)
+{
+    (void)s;
+    if (!ret_room(c, len)) {
+        sov_conn_abort(c);
+        return;
+    }
+    size_t head = c->ret_len - c->ret_tail;
+    memmove(c->ret + head + len, c->ret + head, c->ret_tail);
+    memcpy(c->ret + head, p, len);
+    c->ret_len += len;
+}
+
+/* ---- Both: the MIGRATE packet ------------------------------------------------------------ */
+
+void sov_mig_packet(struct sov_sock *s, struct sov_conn *c, uint32_t imm, uint32_t len)
+{
+    uint32_t sub = (imm >> MIG_SUB_SHIFT) & MIG_SUB_MASK;
+    if ((imm & MIG_RESERVED_MASK) || len) {
+        sov_conn_abort(c);
+        return;
+    }
+    switch (sub) {
+    case MIG_REQUEST:
+        peer_asks(s, c);
+        return;
+    case MIG_ACK: /* for our REQUEST: the peer sends no more DATA */
+        if (c->mig != MIG_ASKED) {
+            sov_conn_abort(c);
+            return;
+        }
+        c->mig = MIG_RETURNING;
+        return;
+    case MIG_END:
+        if (c->peer_mig != PMIG_ASKED) {
+            sov_conn_abort(c);
+            return;
+        }
+        c->peer_mig = PMIG_ENDED;
+        c->ret_tail = 0;
+        if (!sov_mig_push(s))
+            c->ret_len = c->ret_off = 0;
+        return;
+    default:
+        sov_conn_abort(c);
+    }
+}
+
+/* ---- A: this end leaves ------------------------------------------------------------------ */
+
+/* Waits until `done` says so: false at the deadline or when the connection
+ * failed. */
+static bool wait_for(struct sov_sock *s, bool (*done)(const struct sov_conn *), uint64_t end)
+{
+    uint64_t spun = 0;
+    for (;;) {
+        sov_progress(s);
+        struct sov_conn *c = s->conn;
+        if (!c || c->reset)
+            return false;
+        if (done(c))
+            return true;
+        if (c->peer_gone || sov_now_ns() > end)
+            return false;
+        if (sov_wait(s, &spun) == -EBADF)
+            return false;
+    }
+}
+
+static bool acked(const struct sov_conn *c)
+{
+    return c->mig == MIG_RETURNING;
+}
+
+/* A crossing REQUEST of the peer's (both ends leaving at once) is served
+ * here too: what it gives back must reach the kernel connection before we
+ * go, since our process may not be there to write it later. */
+static bool peer_done(const struct sov_conn *c)
+{
+    return c->peer_mig == PMIG_NONE || sov_mig_send_ready(c);
+}
+
+/* Gives the peer back its bytes we have not read (what our program would
+ * read next: an urgent byte passed over stays passed over), as DATA. */
+static int give_back(struct sov_sock *s, uint64_t end)
+{
+    int rc = 0;
+    while (rc == 0 && sov_readable(s)) {
+        struct sov_conn *c = s->conn;
+        struct iovec v = {c->sbuf, c->send_mtu};
+        ssize_t n = sov_do_recv(s, &v, 1, MSG_DONTWAIT); /* VI bytes: some are readable */
+        if (n <= 0)
+            break;
+        s->conn->taken -= (uint64_t)n; /* given back, not read: our program reads them later */
+        uint64_t spun = 0;
+        for (c = s->conn; c->credits == 0 && rc == 0; c = s->conn) {
+            sov_progress(s);
+            if (c->reset || sov_now_ns() > end)
+                rc = -ECONNRESET;
+            else if (c->credits == 0 && sov_wait(s, &spun) == -EBADF)
+                rc = -EBADF;
+        }
+        if (rc == 0)
+            rc = sov_post_packet(c, PKT_DATA, c->sbuf, (uint32_t)n, c->sbuf_mh);
+        if (rc == 0)
+            c->credits--;
+    }
+    return rc;
+}
+
+int sov_migrate(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    if (!c || s->tp_waiting) {
+        sov_tp_fall_back(s); /* nothing went over sovia yet */
+        return 0;
+    }
+    uint64_t end = sov_now_ns() + MIGRATE_WAIT_NS;
+    int rc = c->reset ? -ECONNRESET : 0;
+    if (rc == 0 && c->mig == MIG_NONE && !c->peer_gone) {
+        rc = sov_flush(s, true);
+        c = s->conn;
+        if (rc == 0)
+            rc = post_mig(c, MIG_REQUEST);
+        if (rc == 0) {
+            c->mig = MIG_ASKED;
+            VipxViNudge(c->vi); /* its program may wait elsewhere: its service thread answers */
+        }
+    }
+    if (rc == 0 && !c->peer_gone) {
+        if (!wait_for(s, acked, end))
+            rc = -ECONNRESET;
+        if (rc == 0)
+            rc = give_back(s, end);
+        c = s->conn;
+        if (rc == 0)
+            rc = post_mig(c, MIG_END);
+        if (rc == 0 && !wait_for(s, peer_done, end))
+            rc = -ECONNRESET;
+    }
+    c = s->conn;
+    if (rc == 0) {
+        c->mig = MIG_DONE;
+        atomic_fetch_add(&sov_g.tp_migrated, 1);
+    } else if (c) {
+        /* The two ends no longer agree on the stream: reset it for both.
+         * The program's next calls see the kernel connection's end. */
+        sov_conn_abort(c);
+        syscall(SYS_shutdown, s->fd, SHUT_RDWR);
+    }
+    sov_tp_fall_back(s);
+    return rc;
+}
+
+/* ---- B: the calls of our program while the peer leaves -------------------------------- */
+
+bool sov_mig_over(const struct sov_sock *s)
+{
+    const struct sov_conn *c = s->conn;
+    if (!c)
+        return false;
+    return c->mig == MIG_DONE ||
+           (c->peer_mig == PMIG_ENDED && c->ret_len == 0 && sov_readable(s) == 0);
+}
+
+/* The lock is released around a system call that may block, as a kernel
+ * socket's caller would not hold up others using the same socket. */
+static long unlocked_syscall(struct sov_sock *s, bool blocking, long nr, long a, long b, long c)
+{
+    if (!blocking)
+        return syscall(nr, a, b, c);
+    sov_sock_unlock(s);
+    long r = syscall(nr, a, b, c);
+    int err = errno;
+    sov_sock_lock(s);
+    errno = err;
+    return r;
+}
+
+ssize_t sov_mig_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags)
+{
+    bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
+    uint64_t spun = 0;
+    for (;;) {
+        sov_progress(s); /* its bytes back and its END, if they came */
+        struct sov_conn *c = s->conn;
+        if (!c || s->dead)
+            return -EBADF;
+        if (c->reset || sov_mig_overdue(c))
+            return -ECONNRESET;
+        sov_mig_push(s);
+        if (sov_mig_send_ready(c))
+            break;
+        if (nonblock)
+            return -EAGAIN;
+        if (c->peer_mig != PMIG_ENDED) {
+            int rc = sov_wait(s, &spun);
+            if (rc)
+                return rc;
+        } else {
+            struct pollfd p = {.fd = s->fd, .events = POLLOUT};
+            struct timespec slice = {0, 100000000};
+            if (unlocked_syscall(s, true, SYS_ppoll, (long)&p, 1, (long)&slice) < 0 &&
+                errno == EINTR)
+                return -EINTR;
+        }
+    }
+    struct msghdr mh = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
+    long n = unlocked_syscall(s, !nonblock, SYS_sendmsg, s->fd, (long)&mh,
+                              flags | (nonblock ? MSG_DONTWAIT : 0));
+    return n < 0 ? -errno : n;
+}
+
+ssize_t sov_mig_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags,
+                     size_t got)
+{
+    bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
+    if (got && (!(flags & MSG_WAITALL) || (flags & MSG_PEEK)))
+        return (ssize_t)got;
+    /* What the VI gave fills the iovec's start; the kernel fills the rest. */
+    struct iovec rest[iovcnt > 0 ? iovcnt : 1];
+    int n = 0;
+    size_t skip = got;
+    for (int k = 0; k < iovcnt; k++) {
+        if (skip >= iov[k].iov_len) {
+            skip -= iov[k].iov_len;
+            continue;
+        }
+        rest[n].iov_base = (uint8_t *)iov[k].iov_base + skip;
+        rest[n++].iov_len = iov[k].iov_len - skip;
+        skip = 0;
+    }
+    struct msghdr mh = {.msg_iov = rest, .msg_iovlen = (size_t)n};
+    bool blocking = !nonblock && !got; /* after VI bytes: what is there now */
+    long r = unlocked_syscall(s, blocking, SYS_recvmsg, s->fd, (long)&mh,
+                              (flags & ~MSG_DONTWAIT) | (blocking ? 0 : MSG_DONTWAIT));
+    if (r < 0)
+        return got ? (ssize_t)got : -errno;
+    return (ssize_t)got + r;
+}
+
+short sov_mig_revents(struct sov_sock *s, short r)
+{
+    struct sov_conn *c = s->conn;
+    struct pollfd p = {.fd = s->fd, .events = POLLIN | POLLOUT | POLLRDHUP};
+    struct timespec zero = {0, 0};
+    if (syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) < 0)
+        p.revents = 0;
+    r &= (short)~(POLLOUT | POLLWRNORM);
+    if (!sov_readable(s) && !c->peer_fin) /* the rest of its stream is the kernel's */
+        r |= p.revents & (POLLIN | POLLRDNORM | POLLRDHUP | POLLHUP | POLLERR);
+    if (sov_mig_send_ready(c) && !c->wr_shut)
+        r |= p.revents & (POLLOUT | POLLWRNORM | POLLERR);
+    return r;
+}
+
+int sov_mig_shutdown_wr(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    c->wr_shut = true; /* sov_mig_push shuts the kernel side after what it owes */
+    if (sov_mig_send_ready(c))
+        syscall(SYS_shutdown, s->fd, SHUT_WR);
+    return 0;
+}
+
+/* Called while a packet is handled: in the service thread's pass over the
+ * timed sockets (holding sov_g.lock) the socket is timed already. */
+void sov_mig_watch(struct sov_sock *s)
+{
+    s->migrating = true;
+    if (!atomic_load(&s->timed))
+        sov_timer_add(s);
+}
+
+/* ---- Every connection of the process ----------------------------------------------------- */
+
+/* Migrates the carried connections `pick` selects; how many were reset. */
+static int migrate_where(bool (*pick)(int fd))
+{
+    int reset = 0;
+    for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {
+        struct sov_sock *s = sov_lookup(fd);
+        if (!s || !s->transparent || s->kind != SK_CONNECTED || !pick(fd))
+            continue;
+        sov_sock_lock(s);
+        if (s->dead || sov_lookup(fd) != s || !s->conn) {
+            sov_sock_unlock(s);
+            continue;
+        }
+        reset += sov_migrate(s) != 0;
+    }
+    return reset;
+}
+
+static bool any(int fd)
+{
+    (void)fd;
+    return true;
+}
+
+/* The system call itself: the preload's fcntl takes the socket's lock. */
+static bool survives_exec(int fd)
+{
+    long fl = syscall(SYS_fcntl, fd, F_GETFD);
+    return fl >= 0 && !(fl & FD_CLOEXEC);
+}
+
+int sov_tp_migrate_all(void)
+{
+    atomic_store(&sov_g.inert, true);
+    return migrate_where(any);
+}
+
+int sov_tp_migrate_inherited(void)
+{
+    return migrate_where(survives_exec);
+}

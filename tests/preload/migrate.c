@@ -1,0 +1,178 @@
+/*
+ * migrate: a carried connection goes back to its kernel socket in mid-
+ * stream (src/sovia/migrate.c, docs/PROTOCOL.md "Migration"), with bytes
+ * unread on both sides and bytes written after the move, and no byte lost,
+ * doubled or reordered.
+ *  - seccomp: the server installs a seccomp filter that kills the thread on
+ *    sendto, recvfrom, sendmsg and recvmsg (as OpenSSH's pre-authentication
+ *    sandbox does on calls it does not list), with the client's bytes
+ *    unread in its buffers and its own unread in the client's; then it
+ *    keeps reading and writing with read() and write(). Before, the
+ *    filter killed it at its first sovia wake-up (a sendto).
+ *  - seccomp_shared: the same after a fork: parent and child hold the
+ *    connection (a record), the child installs the filter and serves, the
+ *    parent's copy goes to the kernel too.
+ *  - exec_plain: the server execs a program that does not load sovia (its
+ *    environment has no LD_PRELOAD) with the connection open; the new
+ *    image reads the rest of the client's bytes from the kernel socket and
+ *    answers. Before, it found the idle kernel socket: the client's bytes
+ *    never came.
+ * Each case checks every byte against a pattern, the end of stream, and
+ * the exit records (migrated).
+ */
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pharness.h"
+
+P_THREADED_FORK_CHILDREN
+
+#define C_BEFORE (96 * 1024) /* client -> server before the move */
+#define C_READ (16 * 1024)   /* of which the server reads before it */
+#define C_AFTER (80 * 1024)  /* client -> server after */
+#define S_BEFORE (48 * 1024) /* server -> client before (the client reads none) */
+#define S_AFTER (64 * 1024)  /* server -> client after */
+#define SEED_C 11
+#define SEED_S 22
+
+/* Bytes [at, at + len) of a stream whose content is a pattern of `seed`. */
+static void stream_bytes(uint8_t *buf, size_t at, size_t len, uint64_t seed)
+{
+    for (size_t i = 0; i < len; i++) {
+        uint64_t x = (at + i) * 0x9e3779b97f4a7c15ull + seed;
+        buf[i] = (uint8_t)(x >> 56);
+    }
+}
+
+static void send_stream(int fd, size_t at, size_t len, uint64_t seed)
+{
+    uint8_t *b = malloc(len);
+    CHECK(b);
+    stream_bytes(b, at, len, seed);
+    p_write_all(fd, b, len);
+    free(b);
+}
+
+static void recv_stream(int fd, size_t at, size_t len, uint64_t seed)
+{
+    uint8_t *b = malloc(len), *want = malloc(len);
+    CHECK(b && want);
+    p_read_all(fd, b, len);
+    stream_bytes(want, at, len, seed);
+    for (size_t i = 0; i < len; i++)
+        if (b[i] != want[i])
+            FAILF("stream byte %zu: 0x%02x, want 0x%02x", at + i, b[i], want[i]);
+    free(b);
+    free(want);
+}
+
+/* Kills the thread on the socket calls sovia would make on its data path
+ * (libc's read and write stay allowed). */
+static void sandbox(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendto, 4, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_recvfrom, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmsg, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_recvmsg, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_THREAD),
+    };
+    struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
+    SYS(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
+    SYS(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog));
+}
+
+/* The client: writes its first part, tells the server, waits for the move,
+ * writes the rest, then reads everything the server wrote, then the end. */
+static void client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    send_stream(fd, 0, C_BEFORE, SEED_C);
+    p_put_int(r, 1);
+    CHECK_EQ(p_get_int(r), 2); /* the server moved (its part before is in our buffers) */
+    send_stream(fd, C_BEFORE, C_AFTER, SEED_C);
+    recv_stream(fd, 0, S_BEFORE + S_AFTER, SEED_S);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+}
+
+/* The server's part before the move. */
+static int server_before(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    CHECK_EQ(p_get_int(r), 1);
+    recv_stream(fd, 0, C_READ, SEED_C); /* the rest stays unread in sovia's buffers */
+    send_stream(fd, 0, S_BEFORE, SEED_S);
+    p_sleep_ms(50); /* the client's copy of them arrives */
+    return fd;
+}
+
+/* ... and after it, through read() and write() only. */
+static void server_after(struct p_role *r, int fd)
+{
+    p_put_int(r, 2);
+    recv_stream(fd, C_READ, C_BEFORE - C_READ + C_AFTER, SEED_C);
+    send_stream(fd, S_BEFORE, S_AFTER, SEED_S);
+    SYS(close(fd));
+}
+
+static void seccomp_server(struct p_role *r)
+{
+    int fd = server_before(r);
+    sandbox();
+    server_after(r, fd);
+}
+
+static void seccomp_shared_server(struct p_role *r)
+{
+    int fd = server_before(r);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        p_child_safety();
+        p_threaded_fork_child();
+        sandbox();
+        server_after(r, fd);
+        _exit(0);
+    }
+    SYS(close(fd));
+    CHECK(p_reap(child, "sandboxed child"));
+}
+
+static void exec_plain_server(struct p_role *r)
+{
+    int fd = server_before(r);
+    char a[16];
+    snprintf(a, sizeof a, "%d", fd);
+    p_exec_plain_extra(r, "plain_after", a);
+}
+
+int main(int argc, char **argv)
+{
+    struct p_role r;
+    const char *extra = NULL;
+    const char *what = p_exec_role(argc, argv, &r, &extra);
+    if (what && strcmp(what, "plain_after") == 0) {
+        server_after(&r, atoi(extra));
+        return 0;
+    }
+    p_init("migrate");
+    p_case("seccomp", seccomp_server, client, P_CARRIED | P_MIGRATED);
+    if (p_asan()) /* the forked child starts threads: GCC 12's ASan allocator */
+        p_case_skip("seccomp_shared", "the forked child starts threads under ASan");
+    else
+        p_case("seccomp_shared", seccomp_shared_server, client, P_NO_STATS);
+    p_case("exec_plain", exec_plain_server, client, P_NO_STATS);
+    return p_done();
+}
