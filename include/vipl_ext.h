@@ -10,6 +10,8 @@
 #ifndef VIPL_EXT_H
 #define VIPL_EXT_H
 
+#include <sys/types.h>
+
 #include <vipl.h>
 
 #ifdef __cplusplus
@@ -80,6 +82,28 @@ VIP_RETURN VipxQueryViStats(VIP_VI_HANDLE ViHandle, VIPX_VI_STATS *Stats);
  */
 VIP_RETURN VipxViSetConnectToken(VIP_VI_HANDLE ViHandle, int Fd);
 VIP_RETURN VipxConnToken(VIP_CONN_HANDLE ConnHandle, int *Fd);
+
+/*
+ * Users. A listener's name carries the effective uid of the process that
+ * listens, and a VipConnectRequest dials the name of the user set with
+ * VipxViSetConnectUser for the VI ((uid_t)-1, the default: our own
+ * effective uid) and talks only to a socket of that user (SO_PEERCRED).
+ * A listener takes requests of its own user only, unless started with
+ * VipxListenAnyUser; then VipxConnPeerUser says who asks (the requester's
+ * effective uid, and whether that is another user than we are now) and
+ * the accepting side decides. A connection between two users ("foreign":
+ * the other process's current credentials are not all ours, checked on
+ * both sides) shares nothing but that connection's own segments: no
+ * completion queue's page or socket changes hands, the peer of a CQ reads
+ * the VI's own armed word and wakes the CQ by its socket's name (as a
+ * holder since a fork is woken), and a connect token is never sent as it
+ * is but inside an epoll instance that watches it (the
+ * listener learns which socket it is, from /proc/self/fdinfo, and cannot
+ * use it). docs/SECURITY.md, "Another user".
+ */
+VIP_RETURN VipxViSetConnectUser(VIP_VI_HANDLE ViHandle, uid_t Uid);
+VIP_RETURN VipxListenAnyUser(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS *LocalAddr);
+VIP_RETURN VipxConnPeerUser(VIP_CONN_HANDLE ConnHandle, uid_t *Uid, VIP_BOOLEAN *Foreign);
 
 /*
  * How long VipSendWait, VipRecvWait and VipCQWait poll before they sleep,

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -313,15 +314,27 @@ static void accepted_elsewhere(int fd, int nfd, const struct sockaddr *peer, boo
     int domain;
     struct sockaddr_storage local;
     socklen_t len = sizeof(local);
-    if (!tcp_stream(fd, &domain) || getsockname(fd, (struct sockaddr *)&local, &len) != 0)
+    struct stat st;
+    if (!tcp_stream(fd, &domain) || getsockname(fd, (struct sockaddr *)&local, &len) != 0 ||
+        fstat(fd, &st) != 0)
         return;
+    /* The port's shadow listener is its listening socket's owner's (the
+     * socket's inode belongs to the user that made it): a prefork
+     * server's master, when its workers run as another user. */
     uint32_t ticket = 0;
     struct sov_sock *t = ticketed_listener(fd, domain, (struct sockaddr *)&local, &ticket);
-    int rc = sov_tp_claim(nfd, (struct sockaddr *)&local, t ? ticket : 0);
-    if (rc == 1 && sov_tp_accept(t, nfd, peer, nonblock, true) == 0)
+    if (t && sov_tp_await(t, peer, true) != 0)
+        t = NULL; /* no room to await it: the client falls back */
+    int rc = sov_tp_claim(nfd, (struct sockaddr *)&local, st.st_uid, t ? ticket : 0);
+    bool paired = rc == 1 && sov_tp_accept(t, nfd, peer, nonblock, true) == 0;
+    if (t) /* paired, or given up: a later VI of this client is refused */
+        sov_tp_await(t, peer, false);
+    if (paired)
         return;
     atomic_fetch_add(&sov_g.tp_kernel, 1); /* this one is kernel TCP */
-    if (rc != -ECONNREFUSED)
+    /* Nobody shadows the port any more: this process takes over, if its
+     * clients will find it (they dial the listening socket's owner). */
+    if (rc != -ECONNREFUSED || st.st_uid != geteuid())
         return;
     struct sov_sock *l = sov_tp_listen(fd, domain, (struct sockaddr *)&local, SOMAXCONN, 0);
     if (!l) /* another process (or thread) was first */

@@ -52,27 +52,32 @@ void sov_addr_set_port(struct sockaddr_storage *a, uint16_t port)
         ((struct sockaddr_in6 *)a)->sin6_port = htons(port);
 }
 
-/* The VI address of a socket address (malloc'd; free()). An unspecified
- * host (0.0.0.0, ::) becomes loopback: only this host is reachable. The
- * discriminator is "sovia" + the port; `kind` 0 is the socket's own, else
- * one more byte (CLAIM_MARK, TICKET_MARK), then the ticket if nonzero. */
-static VIP_NET_ADDRESS *vi_address(const struct sockaddr *a, uint8_t kind, uint32_t ticket)
+/* The host part of a VI address: the IP address (4 or 16 bytes); an
+ * unspecified one (0.0.0.0, ::) becomes loopback: only this host is
+ * reachable. Its length. */
+static uint16_t host_bytes(const struct sockaddr *a, uint8_t host[16])
 {
-    uint8_t host[16];
-    uint16_t hlen;
     if (a->sa_family == AF_INET) {
         struct in_addr in = ((const struct sockaddr_in *)a)->sin_addr;
         if (in.s_addr == htonl(INADDR_ANY))
             in.s_addr = htonl(INADDR_LOOPBACK);
         memcpy(host, &in, 4);
-        hlen = 4;
-    } else {
-        struct in6_addr in6 = ((const struct sockaddr_in6 *)a)->sin6_addr;
-        if (IN6_IS_ADDR_UNSPECIFIED(&in6))
-            in6 = in6addr_loopback;
-        memcpy(host, &in6, 16);
-        hlen = 16;
+        return 4;
     }
+    struct in6_addr in6 = ((const struct sockaddr_in6 *)a)->sin6_addr;
+    if (IN6_IS_ADDR_UNSPECIFIED(&in6))
+        in6 = in6addr_loopback;
+    memcpy(host, &in6, 16);
+    return 16;
+}
+
+/* The VI address of a socket address (malloc'd; free()). The
+ * discriminator is "sovia" + the port; `kind` 0 is the socket's own, else
+ * one more byte (CLAIM_MARK, TICKET_MARK), then the ticket if nonzero. */
+static VIP_NET_ADDRESS *vi_address(const struct sockaddr *a, uint8_t kind, uint32_t ticket)
+{
+    uint8_t host[16];
+    uint16_t hlen = host_bytes(a, host);
     uint8_t disc[DISC_LEN + 1 + sizeof(ticket)];
     uint16_t port = htons(sov_addr_port(a));
     memcpy(disc, DISC_PREFIX, sizeof(DISC_PREFIX) - 1);
@@ -96,9 +101,29 @@ VIP_NET_ADDRESS *sov_vi_address(const struct sockaddr *a)
 #define CLAIM_MARK 'C'
 #define TICKET_MARK 'T'
 
-VIP_NET_ADDRESS *sov_vi_claim_address(const struct sockaddr *a, uint32_t ticket)
+/* A claim names the accepted connection: the host part is its server
+ * address, the discriminator "sovia" + the server port + CLAIM_MARK + the
+ * ticket (4 bytes, 0: none) + the client port + the client's IP address
+ * (as long as the server's). */
+VIP_NET_ADDRESS *sov_vi_claim_address(const struct sockaddr *server, const struct sockaddr *client,
+                                      uint32_t ticket)
 {
-    return vi_address(a, CLAIM_MARK, ticket);
+    uint8_t host[16], chost[16];
+    uint16_t hlen = host_bytes(server, host);
+    if (host_bytes(client, chost) != hlen)
+        return NULL;
+    uint8_t disc[DISC_LEN + 1 + sizeof(ticket) + 2 + 16];
+    uint16_t port = htons(sov_addr_port(server)), cport = htons(sov_addr_port(client));
+    uint16_t len = DISC_LEN + 1;
+    memcpy(disc, DISC_PREFIX, sizeof(DISC_PREFIX) - 1);
+    memcpy(disc + sizeof(DISC_PREFIX) - 1, &port, 2);
+    disc[DISC_LEN] = CLAIM_MARK;
+    memcpy(disc + len, &ticket, sizeof(ticket));
+    len += sizeof(ticket);
+    memcpy(disc + len, &cport, 2);
+    memcpy(disc + len + 2, chost, hlen);
+    len += 2 + hlen;
+    return VipxAllocNetAddress(host, hlen, disc, len);
 }
 
 VIP_NET_ADDRESS *sov_vi_ticket_address(const struct sockaddr *a, uint32_t ticket)
@@ -106,18 +131,38 @@ VIP_NET_ADDRESS *sov_vi_ticket_address(const struct sockaddr *a, uint32_t ticket
     return vi_address(a, TICKET_MARK, ticket);
 }
 
-/* The requester names its own address: a claim's ticket is only as good as
- * the claimant (the client it redirects checks the token it is given). */
-bool sov_vi_is_claim(const VIP_NET_ADDRESS *va, uint32_t *ticket)
+static void sockaddr_of(const uint8_t *host, uint16_t hlen, const uint8_t *port,
+                        struct sockaddr_storage *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (hlen == 4) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)out;
+        sin->sin_family = AF_INET;
+        memcpy(&sin->sin_port, port, 2);
+        memcpy(&sin->sin_addr, host, 4);
+    } else {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)out;
+        sin6->sin6_family = AF_INET6;
+        memcpy(&sin6->sin6_port, port, 2);
+        memcpy(&sin6->sin6_addr, host, 16);
+    }
+}
+
+/* The requester names its own address, so a claim's connection is only
+ * what it says: the listener checks that the claimant holds it (its
+ * token). The ticket (0: none), and the connection's two ends. */
+bool sov_vi_is_claim(const VIP_NET_ADDRESS *va, uint32_t *ticket, struct sockaddr_storage *server,
+                     struct sockaddr_storage *client)
 {
     const uint8_t *disc = va->HostAddress + va->HostAddressLen;
-    uint16_t len = va->DiscriminatorLen;
-    if ((len != DISC_LEN + 1 && len != DISC_LEN + 1 + sizeof(*ticket)) ||
+    uint16_t len = va->DiscriminatorLen, hlen = va->HostAddressLen;
+    if ((hlen != 4 && hlen != 16) || len != DISC_LEN + 1 + sizeof(*ticket) + 2 + hlen ||
         memcmp(disc, DISC_PREFIX, sizeof(DISC_PREFIX) - 1) != 0 || disc[DISC_LEN] != CLAIM_MARK)
         return false;
-    *ticket = 0;
-    if (len > DISC_LEN + 1)
-        memcpy(ticket, disc + DISC_LEN + 1, sizeof(*ticket));
+    memcpy(ticket, disc + DISC_LEN + 1, sizeof(*ticket));
+    sockaddr_of(va->HostAddress, hlen, disc + sizeof(DISC_PREFIX) - 1, server);
+    sockaddr_of(disc + DISC_LEN + 1 + sizeof(*ticket) + 2, hlen,
+                disc + DISC_LEN + 1 + sizeof(*ticket), client);
     return true;
 }
 

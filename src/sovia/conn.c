@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
@@ -22,6 +23,8 @@ struct pending {
     struct sockaddr_storage peer;
     socklen_t peer_len;
     int token; /* sovia run: the client's kernel socket, sent with its VI (-1: none) */
+    uid_t uid;    /* the client's user */
+    bool foreign; /* another user than we are (its token is an epoll instance) */
 };
 
 static void pending_drop(struct pending *p)
@@ -59,7 +62,24 @@ struct sov_listener {
     pid_t owner; /* the process whose connection thread serves it */
     VIP_NET_ADDRESS *remote; /* the thread's buffer (here: reachable from a fork child) */
     struct establishing *est; /* the thread's (cap entries; here for the same reason) */
+    /* A ticketed listener (sovia run, step 6) takes only the clients this
+     * process claimed and still waits for in accept(): their ports (under
+     * s->wait_lock). Any other, one whose accept() gave up on it, say, is
+     * refused at once instead of waiting there for its pairing timeout. */
+    bool ticketed;
+    uint16_t awaited[SOV_AWAITED_MAX];
+    unsigned nawaited;
 };
+
+/* Whether a ticketed listener awaits the client from `port` (caller holds
+ * the socket's wait_lock); any client for other listeners. */
+static bool awaited(const struct sov_listener *l, uint16_t port)
+{
+    for (unsigned i = 0; i < l->nawaited; i++)
+        if (l->awaited[i] == port)
+            return true;
+    return !l->ticketed;
+}
 
 static VIP_RETURN reg(void *p, size_t len, VIP_MEM_HANDLE *mh)
 {
@@ -493,7 +513,11 @@ int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len)
         pthread_attr_t at;
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        sigset_t all, old; /* as the connection thread's */
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
         int rc = pthread_create(&t, &at, connect_thread, j);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
         pthread_attr_destroy(&at);
         if (rc != 0) {
             free(j);
@@ -520,7 +544,7 @@ int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len)
 static bool enqueue(struct sov_listener *l, const struct pending *p)
 {
     pthread_mutex_lock(&l->s->wait_lock);
-    bool room = l->count < l->cap;
+    bool room = l->count < l->cap && awaited(l, sov_addr_port((const struct sockaddr *)&p->peer));
     if (room) {
         l->q[(l->head + l->count) % l->cap] = *p;
         l->count++;
@@ -609,19 +633,21 @@ static unsigned queue_slice(struct sov_listener *l)
 }
 
 /*
- * sovia run: another process of ours (a forked child, a program exec'd
- * with the listening socket) accepted one of this port's kernel
- * connections and sent its end of it as the token of a claim. The VI that
- * connection's client queued here can never be paired here: it goes now.
- * With a ticket, the claimant takes the client instead: a REDIRECT names
- * the ticket first, and the client reconnects to the claimant's ticket
- * address (docs/ARCHITECTURE.md, step 6); accepting the claim says so.
- * Otherwise (no ticket, nothing queued) refusing it is the answer, and a
- * client whose VI went falls back at once instead of at its pairing
- * timeout. Only the holder of the connection's server end can name its VI
- * (token_matches).
+ * sovia run: another process (a forked child, a program exec'd with the
+ * listening socket, a prefork server's worker that runs as another user)
+ * accepted one of this port's kernel connections and claims it: the claim
+ * names the connection's two ends and comes with a token that proves the
+ * claimant holds the server end (sov_token_holds: its accepted socket, or
+ * from another user an epoll instance watching it). The VI that
+ * connection's client queued here, whose token proves it holds the client
+ * end, can never be paired here: it goes now. With a ticket, the claimant
+ * takes the client instead: a REDIRECT names the ticket first, and the
+ * client reconnects to the claimant's ticket address (docs/ARCHITECTURE.md,
+ * step 6); accepting the claim says so. Otherwise (no ticket, nothing
+ * queued) refusing it is the answer, and a client whose VI went falls
+ * back at once instead of at its pairing timeout. Only the holder of the
+ * connection's server end can name its VI, and only that client's.
  */
-static bool token_matches(int token, int fd);
 
 /* The claimant waits for "redirected" (an accepted request): a VI of no
  * use but to accept with. */
@@ -639,20 +665,23 @@ static void accept_claim(VIP_CONN_HANDLE ch)
     VipDestroyVi(vi);
 }
 
-static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch, uint32_t ticket)
+static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch, uint32_t ticket,
+                        const struct sockaddr_storage *server, const struct sockaddr_storage *client,
+                        uid_t claimant)
 {
     int token = -1;
     VipxConnToken(ch, &token);
-    struct sockaddr_storage client;
-    socklen_t len = sizeof(client);
     struct pending taken = {.conn = NULL};
-    if (token >= 0 && getpeername(token, (struct sockaddr *)&client, &len) == 0) {
-        uint16_t port = sov_addr_port((struct sockaddr *)&client);
+    const struct sockaddr *srv = (const struct sockaddr *)server;
+    const struct sockaddr *cli = (const struct sockaddr *)client;
+    if (sov_token_holds(token, claimant, srv, cli)) {
         pthread_mutex_lock(&l->s->wait_lock);
         for (unsigned i = 0; i < l->count && !taken.conn; i++) {
             struct pending *p = &l->q[(l->head + i) % l->cap];
-            if (sov_addr_port((struct sockaddr *)&p->peer) == port &&
-                token_matches(p->token, token))
+            /* (The port only: a client's VI may name loopback for the
+             * address the kernel chose; its token decides.) */
+            if (sov_addr_port((struct sockaddr *)&p->peer) == sov_addr_port(cli) &&
+                sov_token_holds(p->token, p->uid, cli, srv))
                 taken = queue_take(l, i);
         }
         pthread_mutex_unlock(&l->s->wait_lock);
@@ -669,6 +698,23 @@ static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch, uint32_t tic
         pending_drop(&taken);
     if (token >= 0)
         VipxFdClose(token);
+}
+
+/* Connections of other users queued or establishing at one listener: each
+ * holds about 8 of our descriptors until its client goes, so another user
+ * may not hold more than this many (its next ones fall back at once). */
+#define FOREIGN_MAX 32
+
+static unsigned foreign_held(struct sov_listener *l, const struct establishing *est, unsigned nest)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&l->s->wait_lock);
+    for (unsigned i = 0; i < l->count; i++)
+        n += l->q[(l->head + i) % l->cap].foreign;
+    pthread_mutex_unlock(&l->s->wait_lock);
+    for (unsigned i = 0; i < nest; i++)
+        n += est[i].p.foreign;
+    return n;
 }
 
 static void *connection_thread(void *arg)
@@ -698,18 +744,28 @@ static void *connection_thread(void *arg)
             continue;
         }
         uint32_t ticket;
-        if (l->transparent && sov_vi_is_claim(remote, &ticket)) {
-            serve_claim(l, ch, ticket);
+        uid_t uid = geteuid();
+        VIP_BOOLEAN foreign = VIP_FALSE;
+        VipxConnPeerUser(ch, &uid, &foreign);
+        struct sockaddr_storage server, client;
+        if (l->transparent && sov_vi_is_claim(remote, &ticket, &server, &client)) {
+            serve_claim(l, ch, ticket, &server, &client, uid);
             settle(l, est, &nest);
             continue;
         }
-        struct pending p = {.token = -1};
+        struct pending p = {.token = -1, .uid = uid, .foreign = foreign};
         int err;
         pthread_mutex_lock(&l->s->wait_lock);
         bool full = l->count + nest >= l->cap;
         pthread_mutex_unlock(&l->s->wait_lock);
-        if (full || sov_sockaddr_from_vi(remote, l->domain, &p.peer, &p.peer_len) != 0 ||
-            !(p.conn = sov_conn_create(&l->cfg, &err))) {
+        full = full || (foreign && foreign_held(l, est, nest) >= FOREIGN_MAX);
+        bool unknown = sov_sockaddr_from_vi(remote, l->domain, &p.peer, &p.peer_len) != 0;
+        if (!unknown && l->ticketed) {
+            pthread_mutex_lock(&l->s->wait_lock);
+            unknown = !awaited(l, sov_addr_port((struct sockaddr *)&p.peer));
+            pthread_mutex_unlock(&l->s->wait_lock);
+        }
+        if (full || unknown || !(p.conn = sov_conn_create(&l->cfg, &err))) {
             VipConnectReject(ch); /* the client gets ECONNREFUSED */
             settle(l, est, &nest);
             continue;
@@ -773,16 +829,28 @@ int sov_listen_start(struct sov_sock *s, int backlog, bool transparent, uint32_t
                      : sov_vi_address((struct sockaddr *)&s->local);
     l->remote = calloc(1, sizeof(VIP_NET_ADDRESS) + 16 + 64);
     l->owner = getpid();
+    l->ticketed = ticket != 0;
     if (!l->q || !l->est || !l->addr || !l->remote) {
         listener_free(l);
         return -ENOMEM;
     }
-    VIP_RETURN r = VipxListen(sov_g.nic, l->addr);
+    /* sovia run carries connections between users (holder.c decides
+     * whose VIs pair); the sockets API keeps to its own. */
+    VIP_RETURN r = transparent ? VipxListenAnyUser(sov_g.nic, l->addr)
+                               : VipxListen(sov_g.nic, l->addr);
     if (r != VIP_SUCCESS) {
         listener_free(l);
         return r == VIP_ERROR_RESOURCE ? -EADDRINUSE : -EADDRNOTAVAIL;
     }
-    if (pthread_create(&l->thread, NULL, connection_thread, l) != 0) {
+    /* The program's signals must not land on this thread: a server that
+     * waits for them in sigsuspend() (nginx's master, for SIGCHLD and
+     * SIGQUIT) would not see them there. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&l->thread, NULL, connection_thread, l);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
         VipxUnlisten(sov_g.nic, l->addr);
         listener_free(l);
         return -EAGAIN;
@@ -834,6 +902,37 @@ void sov_listen_forked(struct sov_sock *s)
         p->token = -1;
     }
     pthread_mutex_unlock(&s->wait_lock);
+}
+
+int sov_listen_await(struct sov_sock *s, uint16_t port, bool on)
+{
+    struct pending gone[4];
+    unsigned ngone = 0;
+    int err = 0;
+    pthread_mutex_lock(&s->wait_lock);
+    struct sov_listener *l = s->lst;
+    if (!l) {
+        err = -EINVAL;
+    } else if (on && l->nawaited == SOV_AWAITED_MAX) {
+        err = -ENOSPC;
+    } else if (on) {
+        l->awaited[l->nawaited++] = port;
+    } else {
+        for (unsigned i = 0; i < l->nawaited; i++)
+            if (l->awaited[i] == port) {
+                l->awaited[i] = l->awaited[--l->nawaited];
+                break;
+            }
+        /* What came for it and was not taken: its client falls back now. */
+        for (unsigned i = 0; i < l->count && ngone < 4; i++)
+            if (sov_addr_port((struct sockaddr *)&l->q[(l->head + i) % l->cap].peer) == port &&
+                !awaited(l, port))
+                gone[ngone++] = queue_take(l, i--);
+    }
+    pthread_mutex_unlock(&s->wait_lock);
+    for (unsigned i = 0; i < ngone; i++)
+        pending_drop(&gone[i]);
+    return err;
 }
 
 bool sov_accept_ready(struct sov_sock *s)
@@ -900,12 +999,23 @@ struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *pe
 int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *local,
                           const struct sockaddr *peer, uint32_t ticket)
 {
+    /* Whose VI listener: the user of the TCP listener we connect to, or,
+     * redirected, the user that accepted our connection (its server end's
+     * owner; the listening user only names the ticket). Without socket
+     * diagnostics, our own, as always before. */
+    uid_t owner = geteuid();
+    uint64_t ino;
+    int err = ticket ? sov_socket_owner(peer, local, &owner, &ino) : sov_listener_owner(peer, &owner);
+    if (err == -ENOENT || (ticket && err))
+        return -ECONNREFUSED; /* nobody listens; or we cannot tell where to go */
     VIP_NET_ADDRESS *la = sov_vi_address(local);
     VIP_NET_ADDRESS *ra_addr = ticket ? sov_vi_ticket_address(peer, ticket) : sov_vi_address(peer);
-    int err = -ENOMEM;
-    /* The kernel socket goes with the request: the server's accept()
-     * pairs the VI only with that socket's connection (sov_accept_match). */
-    if (la && ra_addr && VipxViSetConnectToken(c->vi, fd) == VIP_SUCCESS) {
+    err = -ENOMEM;
+    /* The kernel socket goes with the request (to another user, only an
+     * epoll instance watching it: vipl_ext.h): the server's accept() pairs
+     * the VI only with that socket's connection (sov_accept_match). */
+    if (la && ra_addr && VipxViSetConnectToken(c->vi, fd) == VIP_SUCCESS &&
+        VipxViSetConnectUser(c->vi, owner) == VIP_SUCCESS) {
         VIP_VI_ATTRIBUTES ra;
         /* No listener answers at once; a busy one gets a second. */
         VIP_RETURN r = VipConnectRequest(c->vi, la, ra_addr, 1000, &ra);
@@ -922,56 +1032,6 @@ int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *loc
     return err;
 }
 
-/* An IPv4-mapped IPv6 address as the IPv4 one, for comparing. */
-static void plain_addr(struct sockaddr_storage *a)
-{
-    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)a;
-    if (a->ss_family != AF_INET6 || !IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr))
-        return;
-    struct sockaddr_in s4 = {.sin_family = AF_INET, .sin_port = s6->sin6_port};
-    memcpy(&s4.sin_addr, &s6->sin6_addr.s6_addr[12], 4);
-    memset(a, 0, sizeof(*a));
-    memcpy(a, &s4, sizeof(s4));
-}
-
-static bool same_endpoint(struct sockaddr_storage *a, struct sockaddr_storage *b)
-{
-    plain_addr(a);
-    plain_addr(b);
-    if (a->ss_family != b->ss_family)
-        return false;
-    if (a->ss_family == AF_INET) {
-        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
-        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
-    }
-    const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
-    return a->ss_family == AF_INET6 && x->sin6_port == y->sin6_port &&
-           !memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr));
-}
-
-/*
- * Whether `token`, the socket a client sent with its VI, is the other end
- * of the kernel connection `fd` accept() returned: a TCP socket whose own
- * address is fd's peer and whose peer is fd's own. A TCP connection's four
- * addresses name one socket on this host, and another process can only
- * hold it if its owner gave it away, so a VI that merely claims the
- * client's port (docs/SECURITY.md) cannot pass.
- */
-static bool token_matches(int token, int fd)
-{
-    int type = 0, proto = 0;
-    socklen_t tl = sizeof(type), pl = sizeof(proto);
-    struct sockaddr_storage t_own, t_peer, f_own, f_peer;
-    socklen_t l1 = sizeof(t_own), l2 = sizeof(t_peer), l3 = sizeof(f_own), l4 = sizeof(f_peer);
-    return token >= 0 && getsockopt(token, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
-           type == SOCK_STREAM && getsockopt(token, SOL_SOCKET, SO_PROTOCOL, &proto, &pl) == 0 &&
-           proto == IPPROTO_TCP && getsockname(token, (struct sockaddr *)&t_own, &l1) == 0 &&
-           getpeername(token, (struct sockaddr *)&t_peer, &l2) == 0 &&
-           getsockname(fd, (struct sockaddr *)&f_own, &l3) == 0 &&
-           getpeername(fd, (struct sockaddr *)&f_peer, &l4) == 0 &&
-           same_endpoint(&t_own, &f_peer) && same_endpoint(&t_peer, &f_own);
-}
-
 /* The server half, from accept(): takes the queued connection whose client
  * sent the kernel socket of `fd`'s connection, pairs it (our WAKEUP, then
  * the client's) and returns it; NULL when the client does not run sovia or
@@ -983,6 +1043,12 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
 {
     uint16_t port = sov_addr_port(peer);
     struct sov_conn *c = NULL;
+    /* The client end of the connection: its own address is our peer. */
+    struct sockaddr_storage own, client;
+    socklen_t ol = sizeof(own), cl = sizeof(client);
+    if (getsockname(fd, (struct sockaddr *)&own, &ol) != 0 ||
+        getpeername(fd, (struct sockaddr *)&client, &cl) != 0)
+        return NULL;
     pthread_mutex_lock(&s->wait_lock);
     struct sov_listener *l = s->lst;
     /* The client connects its VI before its kernel socket, so its entry is
@@ -994,7 +1060,8 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
             bool broken = queued_conn_broken(p->conn);
             if (!broken && sov_addr_port((struct sockaddr *)&p->peer) != port)
                 continue;
-            bool ours = !broken && token_matches(p->token, fd);
+            bool ours = !broken && sov_token_holds(p->token, p->uid, (struct sockaddr *)&client,
+                                                   (struct sockaddr *)&own);
             struct pending taken = queue_take(l, i--);
             if (!ours) { /* gone, or claims a connection that is not its own */
                 pending_drop(&taken);
@@ -1037,20 +1104,25 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
  * -ECONNREFUSED when nobody listens there any more (that process went);
  * another -errno when no answer came in time. The claim's own VI carries
  * no data: no arena, no posted receive. */
-int sov_claim(int fd, const struct sockaddr *listening, uint32_t ticket)
+int sov_claim(int fd, const struct sockaddr *listening, uid_t owner, uint32_t ticket)
 {
-    struct sockaddr_storage own;
-    socklen_t len = sizeof(own);
-    if (getsockname(fd, (struct sockaddr *)&own, &len) != 0)
+    struct sockaddr_storage own, client;
+    socklen_t len = sizeof(own), clen = sizeof(client);
+    if (getsockname(fd, (struct sockaddr *)&own, &len) != 0 ||
+        getpeername(fd, (struct sockaddr *)&client, &clen) != 0)
         return -errno;
-    VIP_NET_ADDRESS *from = sov_vi_claim_address((struct sockaddr *)&own, ticket);
+    VIP_NET_ADDRESS *from =
+        sov_vi_claim_address((struct sockaddr *)&own, (struct sockaddr *)&client, ticket);
     VIP_NET_ADDRESS *to = sov_vi_address(listening);
     VIP_VI_ATTRIBUTES va = conn_attrs(&sov_g.cfg);
     VIPX_VI_CONFIG vc = {.QueueDepth = 1, .StagingBytes = 64};
     VIP_VI_HANDLE vi = NULL;
     int err = -ENOMEM;
+    /* To the listening socket's owner, whose process shadows it (a worker
+     * that runs as another user claims from its root master). */
     if (from && to && VipxCreateVi(sov_g.nic, &va, NULL, NULL, &vc, &vi) == VIP_SUCCESS &&
-        VipxViSetConnectToken(vi, fd) == VIP_SUCCESS) {
+        VipxViSetConnectToken(vi, fd) == VIP_SUCCESS &&
+        VipxViSetConnectUser(vi, owner) == VIP_SUCCESS) {
         VIP_VI_ATTRIBUTES ra;
         VIP_RETURN r = VipConnectRequest(vi, from, to, 200, &ra);
         err = r == VIP_REJECT ? 0 : r == VIP_NO_MATCH ? -ECONNREFUSED : map_connect_error(r);

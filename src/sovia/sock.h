@@ -404,17 +404,33 @@ uint16_t sov_addr_port(const struct sockaddr *a);
 bool sov_addr_is_local(const struct sockaddr *a, socklen_t len);
 void sov_addr_set_port(struct sockaddr_storage *a, uint16_t port);
 VIP_NET_ADDRESS *sov_vi_address(const struct sockaddr *a);
-/* sovia run: the address a claim comes from (see sov_claim) and the test,
- * which gives the claimant's ticket (0: none). A ticket's address is where
- * that claimant takes the client it redirects (REDIRECT). */
-VIP_NET_ADDRESS *sov_vi_claim_address(const struct sockaddr *a, uint32_t ticket);
-bool sov_vi_is_claim(const VIP_NET_ADDRESS *va, uint32_t *ticket);
+/* sovia run: the address a claim comes from (see sov_claim), naming the
+ * accepted connection's two ends, and the test, which gives them back with
+ * the claimant's ticket (0: none). A ticket's address is where that
+ * claimant takes the client it redirects (REDIRECT). */
+VIP_NET_ADDRESS *sov_vi_claim_address(const struct sockaddr *server, const struct sockaddr *client,
+                                      uint32_t ticket);
+bool sov_vi_is_claim(const VIP_NET_ADDRESS *va, uint32_t *ticket, struct sockaddr_storage *server,
+                     struct sockaddr_storage *client);
 VIP_NET_ADDRESS *sov_vi_ticket_address(const struct sockaddr *a, uint32_t ticket);
 int sov_sockaddr_from_vi(const VIP_NET_ADDRESS *va, int domain, struct sockaddr_storage *out,
                          socklen_t *len);
 int sov_reserve_port(struct sov_sock *s, uint16_t port); /* 0 = any free port */
 void sov_copy_addr(const struct sockaddr_storage *from, socklen_t from_len,
                    struct sockaddr *to, socklen_t *to_len);
+
+/* holder.c: the owners of a kernel TCP connection's ends (sovia run) */
+/* The uid of the TCP listener a connection to `to` would reach: 0,
+ * -ENOENT (none), or another -errno (no socket diagnostics). */
+int sov_listener_owner(const struct sockaddr *to, uid_t *uid);
+/* The uid and inode (0: not accepted yet) of the TCP socket whose own
+ * address is `own` and peer `peer`: 0, -ENOENT or another -errno. */
+int sov_socket_owner(const struct sockaddr *own, const struct sockaddr *peer, uid_t *uid,
+                     uint64_t *ino);
+/* Whether `token`, sent with a VI by a process of `uid`, proves it holds
+ * that socket (the socket itself, or an epoll instance watching it). */
+bool sov_token_holds(int token, uid_t uid, const struct sockaddr *own, const struct sockaddr *peer);
+bool sov_same_endpoint(const struct sockaddr *x, const struct sockaddr *y);
 
 /* conn.c: VI, buffers, connect/accept machinery */
 struct sov_conn *sov_conn_create(const struct sov_config *cfg, int *err);
@@ -463,12 +479,17 @@ int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *loc
 /* patience_ns: how long to wait for a VI that is not even arriving yet. */
 struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct sockaddr *peer,
                                   uint64_t patience_ns);
-int sov_claim(int fd, const struct sockaddr *listening, uint32_t ticket);
+int sov_claim(int fd, const struct sockaddr *listening, uid_t owner, uint32_t ticket);
 void sov_listen_stop(struct sov_sock *s);
 void sov_listen_forked(struct sov_sock *s);
 struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *peer,
                                  socklen_t *peer_len, bool nonblock, int *err);
 bool sov_accept_ready(struct sov_sock *s);
+/* sovia run, a ticketed listener: the client from `port` is awaited (on),
+ * or no longer (then what came for it is dropped: it falls back). 0,
+ * -ENOSPC (SOV_AWAITED_MAX awaited already) or -EINVAL. */
+#define SOV_AWAITED_MAX 64
+int sov_listen_await(struct sov_sock *s, uint16_t port, bool on);
 
 /* data.c: the protocol engine (caller holds s->lock) */
 int sov_progress(struct sov_sock *s); /* handles completed receives; count or -errno */

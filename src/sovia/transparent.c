@@ -193,10 +193,15 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
     return 0;
 }
 
-int sov_tp_claim(int fd, const struct sockaddr *listening, uint32_t ticket)
+int sov_tp_await(struct sov_sock *t, const struct sockaddr *client, bool on)
+{
+    return sov_listen_await(t, sov_addr_port(client), on);
+}
+
+int sov_tp_claim(int fd, const struct sockaddr *listening, uid_t owner, uint32_t ticket)
 {
     int err = sov_init();
-    return err ? err : sov_claim(fd, listening, ticket);
+    return err ? err : sov_claim(fd, listening, owner, ticket);
 }
 
 static void fall_back(struct sov_sock *s);

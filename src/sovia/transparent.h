@@ -40,15 +40,20 @@ void sov_tp_listen_forked(struct sov_sock *l);
  * client is on its way to l (waits for it a little). */
 int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool nonblock,
                   bool redirected);
-/* `fd` was accepted on a socket listening at `listening` whose shadow
- * listener is another process's (inherited over fork or exec, or a port
- * shared with SO_REUSEPORT): that process lets go of the VI the client
- * queued there. 1: it sent the client to this process's listener for
+/* `fd` was accepted on a socket listening at `listening`, owned by user
+ * `owner`, whose shadow listener is another process's (inherited over fork
+ * or exec, or a port shared with SO_REUSEPORT; that process may run as
+ * `owner` while this one does not): that process lets go of the VI the
+ * client queued there. 1: it sent the client to this process's listener for
  * `ticket` (0: none); 0: it answered otherwise (the client falls back to
  * the kernel connection at once); -ECONNREFUSED when nobody shadows the
  * port (the caller may start its own shadow listener); another -errno
  * otherwise. */
-int sov_tp_claim(int fd, const struct sockaddr *listening, uint32_t ticket);
+int sov_tp_claim(int fd, const struct sockaddr *listening, uid_t owner, uint32_t ticket);
+/* The ticketed listener t takes the redirected client from `client` (on)
+ * until accept() paired it or gave up on it (off: a client that comes
+ * later, or came and was not taken, falls back at once). 0 or -errno. */
+int sov_tp_await(struct sov_sock *t, const struct sockaddr *client, bool on);
 
 /* Where a connection stands (caller holds the socket's lock; PAIRED at
  * once unless it awaits pairing). SOV_TP_FELL_BACK: the socket was

@@ -25,6 +25,8 @@ VIPL_EXPORT VIP_RETURN VipConnectWait(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS 
         return VIP_ERROR_RESOURCE;
     conn->nic = nic;
     conn->token = -1;
+    conn->peer_uid = geteuid();
+    conn->foreign = false;
     struct timespec buf;
     VIP_RETURN r = nic->prov->connect_wait(nic, LocalAddr, vipl_deadline(Timeout, &buf),
                                            RemoteAddr, conn);
@@ -73,6 +75,26 @@ VIPL_EXPORT VIP_RETURN VipxViSetConnectToken(VIP_VI_HANDLE ViHandle, int Fd)
     if (vi->connect_token >= 0)
         VipxFdClose(vi->connect_token);
     vi->connect_token = copy;
+    return VIP_SUCCESS;
+}
+
+VIPL_EXPORT VIP_RETURN VipxConnPeerUser(VIP_CONN_HANDLE ConnHandle, uid_t *Uid,
+                                        VIP_BOOLEAN *Foreign)
+{
+    struct vipl_conn *conn = conn_of(ConnHandle);
+    if (!conn || !Uid || !Foreign)
+        return VIP_INVALID_PARAMETER;
+    *Uid = conn->peer_uid;
+    *Foreign = conn->foreign;
+    return VIP_SUCCESS;
+}
+
+VIPL_EXPORT VIP_RETURN VipxViSetConnectUser(VIP_VI_HANDLE ViHandle, uid_t Uid)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi)
+        return VIP_INVALID_PARAMETER;
+    vi->connect_uid = Uid;
     return VIP_SUCCESS;
 }
 
@@ -149,7 +171,15 @@ VIPL_EXPORT VIP_RETURN VipxListen(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS *Loc
     struct vipl_nic *nic = nic_of(NicHandle);
     if (!nic || !address_ok(LocalAddr))
         return VIP_INVALID_PARAMETER;
-    return nic->prov->listen(nic, LocalAddr);
+    return nic->prov->listen(nic, LocalAddr, false);
+}
+
+VIPL_EXPORT VIP_RETURN VipxListenAnyUser(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS *LocalAddr)
+{
+    struct vipl_nic *nic = nic_of(NicHandle);
+    if (!nic || !address_ok(LocalAddr))
+        return VIP_INVALID_PARAMETER;
+    return nic->prov->listen(nic, LocalAddr, true);
 }
 
 VIPL_EXPORT VIP_RETURN VipxUnlisten(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS *LocalAddr)

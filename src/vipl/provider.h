@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
@@ -122,6 +123,7 @@ struct vipl_vi {
     _Atomic int state; /* VIP_VI_STATE */
     struct vipl_notify *send_notify, *recv_notify;
     int connect_token; /* -1, or sent with the next connection request */
+    uid_t connect_uid; /* whose listener the next request dials ((uid_t)-1: our own) */
 };
 
 /* A local scatter/gather element, already checked against its region. */
@@ -156,6 +158,8 @@ struct vipl_conn {
     VIP_VI_ATTRIBUTES remote_attrs;
     void *prov_conn;
     int token; /* -1, or the requester's token (the provider sets it) */
+    uid_t peer_uid; /* the requester's effective uid (the provider sets it) */
+    bool foreign;   /* the requester is another user than we are now */
 };
 
 struct vipl_provider {
@@ -207,7 +211,7 @@ struct vipl_provider {
                                   const VIP_NET_ADDRESS *remote,
                                   const struct timespec *deadline, VIP_VI_ATTRIBUTES *rattrs);
     VIP_RETURN (*disconnect)(struct vipl_vi *vi);
-    VIP_RETURN (*listen)(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
+    VIP_RETURN (*listen)(struct vipl_nic *nic, const VIP_NET_ADDRESS *local, bool any_user);
     VIP_RETURN (*unlisten)(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
     /* A descriptor that polls readable when an armed CQ may have work, and
      * its draining: true if it was readable. Every thread asleep on the CQ

@@ -518,6 +518,11 @@ void hc_expect_dropped(int s, const char *what)
 
 void hc_send_request(int s)
 {
+    hc_send_request_waking(s, SHM_WAKE_FUTEX);
+}
+
+void hc_send_request_waking(int s, unsigned wake_mode)
+{
     int fds[4];
     for (int i = 0; i < 4; i++) {
         fds[i] = memfd_create("b-seg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -525,9 +530,16 @@ void hc_send_request(int s)
         CHECK(fcntl(fds[i], F_ADD_SEALS,
                     F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | (i == 0 || i == 2 ? F_SEAL_FUTURE_WRITE : 0)) == 0);
     }
+    if (wake_mode == SHM_WAKE_SOCKET) { /* a socket of ours, for the listener to send to */
+        int sv[2];
+        CHECK(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) == 0);
+        close(fds[3]);
+        close(sv[1]);
+        fds[3] = sv[0];
+    }
     struct shm_msg m = {.magic = SHM_MAGIC, .version = SHM_VERSION, .type = SHM_MSG_REQUEST,
                         .reliability = VIP_SERVICE_RELIABLE_DELIVERY, .max_transfer = 4096,
-                        .host_len = 4, .disc_len = 3};
+                        .wake_sock = wake_mode, .host_len = 4, .disc_len = 3};
     memcpy(m.addr, "\x7f\0\0\x01" "bbb", 7);
     union {
         char c[CMSG_SPACE(sizeof(int) * 4)];

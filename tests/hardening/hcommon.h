@@ -119,6 +119,9 @@ int hc_abstract_connect(const void *name, size_t len, int type);
 void hc_expect_dropped(int s, const char *what);
 /* Sends on s a well-formed shm REQUEST carrying four sealed memfds of our own. */
 void hc_send_request(int s);
+/* The same, asking to be woken as enum shm_wake_mode says (SOCKET: the
+ * fourth descriptor is a datagram socket of ours). */
+void hc_send_request_waking(int s, unsigned wake_mode);
 
 /* Runs argv (execvp) with its standard output into out (at most cap - 1
  * bytes, NUL-terminated); its wait status (127 exit: it did not start). */

@@ -41,7 +41,9 @@ void hp_open(struct hp *h, const struct hp_opts *o)
                             .EnableRdmaWrite = o->rdma};
     VIPX_VI_CONFIG vc = {.QueueDepth = o->depth ? o->depth : o->nbufs + 16,
                          .ArenaBytes = h->arena_len};
-    VIP_RETURN r = VipxCreateVi(h->nic, &va, NULL, NULL, &vc, &h->vi);
+    if (o->cq)
+        CHECK(VipCreateCQ(h->nic, 64, &h->cq) == VIP_SUCCESS);
+    VIP_RETURN r = VipxCreateVi(h->nic, &va, NULL, h->cq, &vc, &h->vi);
     CHECK_MSG(r == VIP_SUCCESS, "VipxCreateVi: %s", VipxReturnString(r));
     h->svi = (struct shm_vi *)h->vi;
     VIP_PVOID base;
@@ -100,6 +102,8 @@ void hp_close(struct hp *h)
         VipDeregisterMem(h->nic, h->rdma, h->rdma_mh);
     free(h->sbuf);
     free(h->rdesc);
+    if (h->cq)
+        VipDestroyCQ(h->cq);
     VipDestroyPtag(h->nic, h->ptag);
     VipCloseNic(h->nic);
     memset(h, 0, sizeof *h);

@@ -35,6 +35,7 @@ struct hp {
     VIP_NIC_HANDLE nic;
     VIP_PROTECTION_HANDLE ptag;
     VIP_VI_HANDLE vi;
+    VIP_CQ_HANDLE cq;   /* the receive queue's (opts.cq), or NULL */
     struct shm_vi *svi; /* the provider's view of `vi` */
     /* The VI's arena: nbufs receive buffers of bufsz bytes, then the
      * RDMA-write region (rdma_len bytes, EnableRdmaWrite when asked). */
@@ -62,6 +63,7 @@ struct hp_opts {
     size_t rdma_len;    /* RDMA-write region after the buffers (0: none) */
     bool rdma;          /* the VI's EnableRdmaWrite */
     unsigned depth;     /* queue depth (0: nbufs + 16) */
+    bool cq;            /* receives complete on a CQ (their waits sleep on it) */
 };
 
 void hp_open(struct hp *h, const struct hp_opts *o);

@@ -25,10 +25,16 @@ VIP_RETURN hs_connect(struct hs *s, uint16_t local_port, uint16_t port)
 
 VIP_RETURN hs_connect_with(struct hs *s, uint16_t local_port, uint16_t port, int token)
 {
+    return hs_connect_to(s, local_port, port, token, (uid_t)-1);
+}
+
+VIP_RETURN hs_connect_to(struct hs *s, uint16_t local_port, uint16_t port, int token, uid_t uid)
+{
     memset(s, 0, sizeof *s);
     struct hp_opts o = {.mtu = HS_MTU, .nbufs = HS_NBUFS, .bufsz = HS_MTU};
     hp_open(&s->h, &o);
     CHECK(VipxViSetConnectToken(s->h.vi, token) == VIP_SUCCESS);
+    CHECK(VipxViSetConnectUser(s->h.vi, uid) == VIP_SUCCESS);
     s->rx_cap = 1 << 20;
     s->rx = malloc(s->rx_cap);
     CHECK(s->rx != NULL);

@@ -45,6 +45,8 @@ VIP_RETURN hs_connect(struct hs *s, uint16_t local_port, uint16_t port);
 /* The same, with `token` sent along (VipxViSetConnectToken; -1: none), as
  * a `sovia run` client sends its kernel socket. */
 VIP_RETURN hs_connect_with(struct hs *s, uint16_t local_port, uint16_t port, int token);
+/* The same, to the shadow listener of user `uid` ((uid_t)-1: ours). */
+VIP_RETURN hs_connect_to(struct hs *s, uint16_t local_port, uint16_t port, int token, uid_t uid);
 void hs_close(struct hs *s);
 
 /* Sends one packet with exactly this immediate data and payload. Returns

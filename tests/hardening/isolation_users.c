@@ -12,7 +12,18 @@
  *     memfds: dropped (end of file, no byte, no descriptor back), and A's
  *     VipConnectWait sees no request;
  *   - sov_connect to A's port: ECONNREFUSED; a raw REQUEST to A's sovia
- *     listener name: dropped;
+ *     listener name: dropped; a VipConnectRequest that dials A's name
+ *     (VipxViSetConnectUser): refused, A's listener takes only A's;
+ *   - a listener of A's that takes every user's requests
+ *     (VipxListenAnyUser, as `sovia run` does): B's VI connects, A sees
+ *     B's uid (VipxConnPeerUser, foreign), and 200 round trips in which
+ *     each side sleeps at once on its completion queue (no spinning)
+ *     arrive, each side woken by name through the VI's own armed word
+ *     (a lost wake-up leaves a side asleep: no message within 2 s; the
+ *     median round trip stays under 5 ms); a raw
+ *     REQUEST asking A to wake B through a socket B gives: dropped (A
+ *     would speak as A to whatever that socket reaches); eight requesters
+ *     that connect and say nothing do not delay B's VI (< 500 ms);
  *   - A's statistics socket: closed without a byte; `sovia stat` run by B
  *     does not list A's process (run by A, it does);
  *   - /proc/<A>/fd/<n> (A's memfds), /proc/<A>/maps, /proc/<A>/mem,
@@ -36,11 +47,66 @@
 #include <vipl_ext.h>
 
 #include "hcommon.h"
+#include "hpeer.h"
+#include "shm.h"
 #include "sovia/sharness.h"
 
 static const char *sovia_cmd; /* the sovia command (argv[1] or HARDENING_SOVIA_CMD) */
 static struct hc_user ua, ub;
-static char disc_a[48], disc_squat[48];
+static char disc_a[48], disc_squat[48], disc_any[48];
+
+#define ROUND_TRIPS 200
+
+/* A VI whose receives complete on a CQ and whose waits sleep at once. */
+static void open_sleeper(struct hp *h)
+{
+    struct hp_opts o = {.mtu = 4096, .nbufs = 8, .bufsz = 4096, .cq = true};
+    hp_open(h, &o);
+    CHECK(VipxSetWaitSpin(h->nic, 0) == VIP_SUCCESS);
+}
+
+/* One message of 8 bytes, received (sleeping) within 2 s, its buffer
+ * posted again; the value. */
+static uint64_t take(struct hp *h)
+{
+    VIP_DESCRIPTOR *d = hp_recv(h, 2000);
+    CHECK_MSG(d && !(d->CS.Status & VIP_STATUS_ERROR_MASK) && d->CS.Length == 8,
+              "no message within 2 s (status %#x)", d ? (unsigned)d->CS.Status : 0u);
+    unsigned i = hp_rindex(h, d);
+    uint64_t v;
+    memcpy(&v, hp_rbuf(h, i), 8);
+    hp_post_recv(h, i);
+    return v;
+}
+
+/* A, for 'Y': one request at the any-user discriminator; its requester's
+ * uid, then the echo of ROUND_TRIPS messages. */
+static void a_any_user(int chan)
+{
+    struct hp h;
+    open_sleeper(&h);
+    VIP_NIC_HANDLE nic = h.nic;
+    VIP_NET_ADDRESS *la = hc_addr(disc_any), *ra = hc_addr_room();
+    CHECK(VipxListenAnyUser(nic, la) == VIP_SUCCESS);
+    s_tok(chan, 'y');
+    VIP_VI_ATTRIBUTES rat;
+    VIP_CONN_HANDLE ch;
+    CHECK(VipConnectWait(nic, la, 5000, ra, &rat, &ch) == VIP_SUCCESS);
+    uid_t uid;
+    VIP_BOOLEAN foreign;
+    CHECK(VipxConnPeerUser(ch, &uid, &foreign) == VIP_SUCCESS);
+    s_put_u64(chan, uid);
+    s_put_u64(chan, foreign);
+    CHECK(VipConnectAccept(ch, h.vi) == VIP_SUCCESS);
+    for (unsigned k = 0; k < ROUND_TRIPS; k++) {
+        uint64_t v = take(&h);
+        CHECK_EQ(hp_send(&h, &v, 8, false, 0) & VIP_STATUS_ERROR_MASK, 0);
+    }
+    CHECK(VipxUnlisten(nic, la) == VIP_SUCCESS);
+    hp_close(&h);
+    free(la);
+    free(ra);
+}
 
 /* ---- User A ------------------------------------------------------------------------------------------ */
 
@@ -92,6 +158,8 @@ static void a_server(int chan, void *arg)
             }
             free(ra);
             s_put_u64(chan, (uint64_t)r);
+        } else if (cmd == 'Y') { /* a listener for every user's requests */
+            a_any_user(chan);
         } else if (cmd == 'S') { /* listen on the discriminator B squats */
             VIP_NET_ADDRESS *sa = hc_addr(disc_squat);
             s_put_u64(chan, (uint64_t)VipxListen(nic, sa));
@@ -105,9 +173,9 @@ static void a_server(int chan, void *arg)
     CHECK(VipCloseNic(nic) == VIP_SUCCESS);
 }
 
-/* A VipConnectRequest from `local` to `remote` on a fresh NIC and VI,
- * torn down afterwards; the request's VIP_RETURN. */
-static VIP_RETURN dial(const char *local, const char *remote, unsigned timeout_ms)
+/* A VipConnectRequest from `local` to `remote` of user uid ((uid_t)-1:
+ * ours) on a fresh NIC and VI, torn down afterwards; the request's VIP_RETURN. */
+static VIP_RETURN dial_user(const char *local, const char *remote, unsigned timeout_ms, uid_t uid)
 {
     VIP_NIC_HANDLE nic = nic_open();
     VIP_PROTECTION_HANDLE t;
@@ -116,6 +184,7 @@ static VIP_RETURN dial(const char *local, const char *remote, unsigned timeout_m
                             .MaxTransferSize = 4096, .Ptag = t};
     VIP_VI_HANDLE vi;
     CHECK(VipCreateVi(nic, &va, NULL, NULL, &vi) == VIP_SUCCESS);
+    CHECK(VipxViSetConnectUser(vi, uid) == VIP_SUCCESS);
     VIP_NET_ADDRESS *la = hc_addr(local), *ra = hc_addr(remote);
     VIP_VI_ATTRIBUTES rat;
     VIP_RETURN r = VipConnectRequest(vi, la, ra, timeout_ms, &rat);
@@ -127,6 +196,11 @@ static VIP_RETURN dial(const char *local, const char *remote, unsigned timeout_m
     free(la);
     free(ra);
     return r;
+}
+
+static VIP_RETURN dial(const char *local, const char *remote, unsigned timeout_ms)
+{
+    return dial_user(local, remote, timeout_ms, (uid_t)-1);
 }
 
 /* A's client: connects to `disc` and reports the VIP_RETURN. */
@@ -170,6 +244,12 @@ static void b_attacker(int chan, void *arg)
     hc_expect_dropped(s, "a REQUEST from B to A's vipl listener");
     close(s);
 
+    /* vipl: dialling A's name (while A waits), B is dropped by A's listener. */
+    r = dial_user("b-local", disc_a, 2000, ua.uid);
+    CHECK_MSG(r == VIP_REJECT || r == VIP_NO_MATCH, "B's VipConnectRequest dialling A's listener: %s",
+              VipxReturnString(r));
+
+
     /* sovia: B's sov_connect to A's port is refused; raw to its name, dropped. */
     int fd = s_socket(AF_INET, 0);
     struct sockaddr_in a;
@@ -205,6 +285,56 @@ static void b_attacker(int chan, void *arg)
 
     /* /proc: A's descriptors, maps and memory are closed to B. */
     hc_check_proc_closed(ba->a_pid, ba->memfd_fds, ba->n_memfd_fds);
+
+    /* A's listener for every user: B connects and both sleep on their CQs;
+     * a raw request that would have A send to B's socket is dropped. */
+    s_tok(chan, 'Y');
+    s_want(chan, 'y');
+    snprintf(name, sizeof name, "sovia-vipl.%u.%s", (unsigned)ua.uid, disc_any);
+    s = hc_abstract_connect(name, strlen(name), SOCK_SEQPACKET);
+    CHECK_MSG(s >= 0, "B cannot reach A's any-user listener (%s)", s_errname(errno));
+    hc_send_request_waking(s, SHM_WAKE_SOCKET);
+    hc_expect_dropped(s, "a REQUEST from B asking A to wake it through B's socket");
+    close(s);
+    /* Requesters that connect and say nothing hold nobody up (each used to
+     * hold A's listener for 2 s, one after the other). */
+    int silent[8];
+    for (int i = 0; i < 8; i++)
+        silent[i] = hc_abstract_connect(name, strlen(name), SOCK_SEQPACKET);
+    struct hp h;
+    open_sleeper(&h);
+    CHECK(VipxViSetConnectUser(h.vi, ua.uid) == VIP_SUCCESS);
+    VIP_NET_ADDRESS *hl = hc_addr("b-any"), *hr = hc_addr(disc_any);
+    double t0 = s_now_ms();
+    r = hp_connect(&h, hl, hr, 3000);
+    CHECK_MSG(r == VIP_SUCCESS, "B to A's any-user listener, behind 8 silent requesters: %s",
+              VipxReturnString(r));
+    s_log("B's VI behind 8 silent requesters: connected in %.1f ms", s_now_ms() - t0);
+    CHECK_MSG(s_now_ms() - t0 < 500, "B's VI waited %.0f ms behind requesters that say nothing",
+              s_now_ms() - t0);
+    for (int i = 0; i < 8; i++)
+        close(silent[i]);
+    double rt[ROUND_TRIPS];
+    for (uint64_t k = 0; k < ROUND_TRIPS; k++) {
+        double t0 = s_now_ms();
+        CHECK_EQ(hp_send(&h, &k, 8, false, 0) & VIP_STATUS_ERROR_MASK, 0);
+        CHECK_EQ(take(&h), k);
+        rt[k] = s_now_ms() - t0;
+    }
+    for (int i = 1; i < ROUND_TRIPS; i++) /* insertion sort */
+        for (int j = i; j > 0 && rt[j] < rt[j - 1]; j--) {
+            double x = rt[j];
+            rt[j] = rt[j - 1];
+            rt[j - 1] = x;
+        }
+    s_log("B and A, sleeping on their CQs: round trip median %.3f ms, max %.3f ms",
+          rt[ROUND_TRIPS / 2], rt[ROUND_TRIPS - 1]);
+    CHECK_MSG(rt[ROUND_TRIPS / 2] < 5.0, "round trips between users take %.1f ms: wake-ups lost "
+              "(each then waits for a sleep slice)", rt[ROUND_TRIPS / 2]);
+    hp_close(&h);
+    free(hl);
+    free(hr);
+    s_tok(chan, 'Y');
 
     /* Squatting: B takes the abstract name of a discriminator A will use. */
     snprintf(name, sizeof name, "sovia-vipl.%u.%s", (unsigned)ua.uid, disc_squat);
@@ -244,6 +374,16 @@ static void logic(void)
     VIP_RETURN r = (VIP_RETURN)s_get_u64(ac);
     CHECK_MSG(r == VIP_TIMEOUT, "A's VipConnectWait after B's request: %s (expected a timeout)",
               VipxReturnString(r));
+    s_want(bc, 'Y'); /* B asks for A's any-user listener */
+    s_tok(ac, 'Y');
+    s_want(ac, 'y');
+    s_tok(bc, 'y');
+    uid_t who = (uid_t)s_get_u64(ac);
+    bool foreign = s_get_u64(ac) != 0;
+    s_log("A's any-user listener: a request of uid %u, foreign %d", (unsigned)who, foreign);
+    CHECK_MSG(who == ub.uid && foreign, "VipxConnPeerUser: uid %u, foreign %d (want %u, 1)",
+              (unsigned)who, foreign, (unsigned)ub.uid);
+    s_want(bc, 'Y'); /* B is done */
     s_want(bc, '2');
     s_tok(ac, 'S');
     r = (VIP_RETURN)s_get_u64(ac);
@@ -296,6 +436,7 @@ int main(int argc, char **argv)
     CHECK_MSG(sovia_cmd != NULL, "usage: %s SOVIA-COMMAND (or HARDENING_SOVIA_CMD)", argv[0]);
     snprintf(disc_a, sizeof disc_a, "iso-%d-a", (int)getpid());
     snprintf(disc_squat, sizeof disc_squat, "iso-%d-s", (int)getpid());
+    snprintf(disc_any, sizeof disc_any, "iso-%d-y", (int)getpid());
     /* B runs a copy of the tool (hc_copy_make): the build may be closed to it. */
     static struct hc_copy copy;
     const char *files[] = {sovia_cmd};

@@ -98,6 +98,18 @@ static void blocking_client(struct p_role *r)
 
 /* ---- explicit bind of the client, then connect ----------------------------- */
 
+/* The client's side of blocking_server's check: our ports, theirs back;
+ * then closes fd. */
+static void exchange_tuples(struct p_role *r, int fd, uint16_t my_port)
+{
+    struct tuple t = {my_port, (uint16_t)r->port};
+    p_write_all(fd, &t, sizeof t);
+    struct tuple theirs;
+    p_read_all(fd, &theirs, sizeof theirs);
+    CHECK_EQ(theirs.peer_port, my_port);
+    SYS(close(fd));
+}
+
 static void bound_client(struct p_role *r)
 {
     int fd = (int)SYS(socket(AF_INET, SOCK_STREAM, 0));
@@ -111,12 +123,21 @@ static void bound_client(struct p_role *r)
     len = sizeof after;
     SYS(getsockname(fd, (struct sockaddr *)&after, &len));
     CHECK_EQ(after.sin_port, me.sin_port); /* connect kept the bound port */
-    struct tuple t = {ntohs(me.sin_port), (uint16_t)r->port};
-    p_write_all(fd, &t, sizeof t);
-    struct tuple theirs;
-    p_read_all(fd, &theirs, sizeof theirs);
-    CHECK_EQ(theirs.peer_port, ntohs(me.sin_port));
-    SYS(close(fd));
+    exchange_tuples(r, fd, ntohs(me.sin_port));
+}
+
+/* A connect to 0.0.0.0 (the kernel takes it for this host's loopback) of a
+ * server that listens on 127.0.0.1: its owner is looked up there. */
+static void any_address_client(struct p_role *r)
+{
+    int fd = (int)SYS(socket(AF_INET, SOCK_STREAM, 0));
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)r->port)};
+    to.sin_addr.s_addr = htonl(INADDR_ANY);
+    SYS(connect(fd, (struct sockaddr *)&to, sizeof to));
+    struct sockaddr_in me;
+    socklen_t len = sizeof me;
+    SYS(getsockname(fd, (struct sockaddr *)&me, &len));
+    exchange_tuples(r, fd, ntohs(me.sin_port));
 }
 
 /* ---- accept4 flags, non-blocking listener ---------------------------------------- */
@@ -577,6 +598,7 @@ int main(void)
     p_init("establish");
     p_case("blocking", blocking_server, blocking_client, P_CARRIED);
     p_case("bound_client", blocking_server, bound_client, P_CARRIED);
+    p_case("any_address_client", blocking_server, any_address_client, P_CARRIED);
     p_expect_carried(2);
     p_case("accept4_flags", accept4_server, accept4_client, P_CARRIED);
     p_case("accept4_nonblock_write_at_once", write_at_once_server, write_at_once_client,

@@ -12,6 +12,10 @@
  *    carried, redirected;
  *  - workers_late_accept: the client writes before the worker accepts:
  *    the bytes it holds move to the redirected connection;
+ *  - worker_gave_up: the client is stopped while it is redirected, so the
+ *    worker's accept() gives up on it (kernel TCP); resumed, the client is
+ *    refused at the worker's ticket address and falls back at once (it
+ *    waited out its 1 s pairing timeout there);
  *  - workers_plain_client: a client without sovia (nothing queued, nothing
  *    to redirect): kernel TCP, as fast;
  *  - daemon_takes_over: the listening process forks and exits, the child
@@ -40,6 +44,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 P_THREADED_FORK_CHILDREN /* workers, the daemon: their accept() claims or listens (threads) */
@@ -47,6 +52,7 @@ P_THREADED_FORK_CHILDREN /* workers, the daemon: their accept() claims or listen
 #define CONNS 6
 #define BYTES (32u << 10)
 #define CONN_BOUND_MS 500
+#define EARLY_BYTES 1000
 #define EOF_BOUND_MS 2000
 
 /* Echoes one connection until the client's end of stream, which must come
@@ -130,24 +136,73 @@ static void plain_workers_client(struct p_role *r)
     p_exec_plain(r, "workers-client"); /* this program again, without sovia */
 }
 
-/* ---- the client writes before the worker accepts ------------------------ */
-
-#define EARLY_BYTES 1000
-
-static void late_server(struct p_role *r)
+/* A worker that accepts and serves one connection once a byte comes on
+ * *go; its pid. */
+static pid_t held_worker(struct p_role *r, int *go)
 {
-    int go[2];
-    SYS(pipe(go));
+    int p[2];
+    SYS(pipe(p));
     pid_t w = SYS(fork());
     if (w == 0) {
         p_child_safety();
         char x;
-        CHECK_EQ(read(go[0], &x, 1), 1); /* the client has written */
+        CHECK_EQ(read(p[0], &x, 1), 1);
         serve(r->lfd, 1);
         exit(0);
     }
+    *go = p[1];
+    return w;
+}
+
+/* ---- the client is stopped while it is redirected ----------------------- */
+
+#define STOP_MS 150
+
+/* The listening process stops the client after its connect, lets the
+ * worker accept (the worker waits 50 ms for the redirected client, then
+ * serves the kernel connection) and resumes the client STOP_MS later. */
+static void stopped_server(struct p_role *r)
+{
+    int go;
+    pid_t w = held_worker(r, &go);
+    pid_t client = (pid_t)p_get_int(r); /* it has connected and written */
+    SYS(kill(client, SIGSTOP));
+    SYS(write(go, "x", 1));
+    struct timespec pause = {0, STOP_MS * 1000000L};
+    nanosleep(&pause, NULL);
+    SYS(kill(client, SIGCONT));
+    reap_ok(w, "worker");
+}
+
+/* Resumed, the client follows the REDIRECT to a worker that gave up on
+ * it: refused there, it falls back at once (it waited out its pairing
+ * timeout, 1 s). */
+static void stopped_client(struct p_role *r)
+{
+    char out[EARLY_BYTES], in[EARLY_BYTES];
+    double t0 = p_now_ms();
+    int fd = p_connect(r->port);
+    p_fill(out, sizeof out, 78);
+    p_write_all(fd, out, sizeof out); /* held: nobody accepted yet */
+    p_put_int(r, getpid());
+    p_read_all(fd, in, sizeof in);
+    CHECK(memcmp(in, out, sizeof in) == 0);
+    SYS(close(fd));
+    double ms = p_now_ms() - t0;
+    p_log("stopped %d ms while redirected: echo after %.0f ms", STOP_MS, ms);
+    if (ms > STOP_MS + CONN_BOUND_MS)
+        FAILF("the echo came %.0f ms after the connect (stopped %d ms, bound %d)", ms, STOP_MS,
+              STOP_MS + CONN_BOUND_MS);
+}
+
+/* ---- the client writes before the worker accepts ------------------------ */
+
+static void late_server(struct p_role *r)
+{
+    int go;
+    pid_t w = held_worker(r, &go);
     CHECK_EQ(p_get_int(r), EARLY_BYTES);
-    SYS(write(go[1], "x", 1));
+    SYS(write(go, "x", 1));
     reap_ok(w, "worker");
 }
 
@@ -311,6 +366,7 @@ int main(int argc, char **argv)
         p_expect_carried(CONNS);
         p_case("workers_accept", workers_server, workers_client, P_CLIENT_REDIRECTED);
         p_case("workers_late_accept", late_server, late_client, P_CLIENT_REDIRECTED);
+        p_case("worker_gave_up", stopped_server, stopped_client, P_NO_STATS);
         p_case("workers_plain_client", workers_server, plain_workers_client, P_CLIENT_PLAIN);
         p_case("daemon_takes_over", daemon_server, daemon_client, P_NO_STATS);
         p_case("reuseport", reuseport_server, reuseport_client, P_NO_STATS);

@@ -12,14 +12,25 @@ with and without sovia (printed, not checked).
 
 nginx clears its workers' environment: they write their records where
 the master found SOVIA_STAT_LOG (the preload keeps it; no `env` directive
-passes it on). sovia carries connections between processes of
-one user only, and nginx started as root runs its workers as `nobody`:
-under root the test keeps them root (`user root root;`).
+passes it on). These cases keep the workers root under root (`user root
+root;`). test_workers_as_nobody, run as root, is nginx as it is usually
+started: the master root, its workers `nobody` (`user nobody nogroup;`),
+so every connection crosses users twice (curl to the root master, which
+redirects it to a nobody worker; docs/SECURITY.md, "Another user"): four
+curl processes make 64 keep-alive requests (16 each, 2 MiB files and a
+page, checked by SHA-256) at once; every connection is carried and
+redirected and the workers' records (a log of their own, which nobody may
+write: `env SOVIA_STAT_LOG=...`) carried them all; then the same over
+kernel TCP. Each request's time (curl's time_total) is printed, and where
+kernel TCP's slowest request took under 5 ms, none under sovia may take
+over 20 ms (a pairing timeout would be 1 s).
 
 usage: test_nginx.py --sovia /path/to/sovia
 """
 import hashlib
+import json
 import os
+import pwd
 import signal
 import time
 
@@ -27,14 +38,19 @@ import progtest as pt
 
 BLOB = 2 << 20
 SMALL_REQUESTS = 500
+NOBODY_CLIENTS = 4
+REQUESTS_EACH = 16
 
 
-def config(tmp, port):
-    user = "user root root;\n" if os.geteuid() == 0 else ""
+def config(tmp, port, user=None, stat_env=""):
+    if user is None:
+        user = "user root root;" if os.geteuid() == 0 else ""
     return f"""daemon off;
 master_process on;
 worker_processes 2;
-{user}pid {tmp}/nginx.pid;
+{user}
+{stat_env}
+pid {tmp}/nginx.pid;
 error_log {tmp}/error.log info;
 events {{ worker_connections 64; }}
 http {{
@@ -51,7 +67,7 @@ http {{
 
 
 class Nginx(pt.ProgramCase):
-    def start_nginx(self, under):
+    def start_nginx(self, under, **conf_args):
         port = pt.free_port()
         os.makedirs(os.path.join(self.tmp, "www"))
         os.makedirs(os.path.join(self.tmp, "tmp"))
@@ -62,7 +78,7 @@ class Nginx(pt.ProgramCase):
             f.write("hello from nginx\n")
         conf = os.path.join(self.tmp, "nginx.conf")
         with open(conf, "w") as f:
-            f.write(config(self.tmp, port))
+            f.write(config(self.tmp, port, **conf_args))
         server = self.start_server("nginx", ["nginx", "-c", conf, "-p", self.tmp], under, port)
         return server, port
 
@@ -156,6 +172,84 @@ class Nginx(pt.ProgramCase):
         pt.report(f"nginx + curl, {SMALL_REQUESTS} requests of 17 bytes over one connection: "
                   f"{times[True] * 1e3:.0f} ms under sovia, {times[False] * 1e3:.0f} ms over "
                   f"kernel TCP (process start included)")
+
+    def keepalive_clients(self, port, under, tag):
+        """NOBODY_CLIENTS curl processes at once, REQUESTS_EACH requests
+        each over one keep-alive connection (a 2 MiB file every fourth
+        request, else the page), every body checked; the clients and every
+        request's time in ms."""
+        url = f"http://127.0.0.1:{port}"
+        want = {"blob": hashlib.sha256(self.blob).hexdigest(),
+                "index.html": hashlib.sha256(b"hello from nginx\n").hexdigest()}
+        clients, outs = [], []
+        for c in range(NOBODY_CLIENTS):
+            argv = ["curl", "-sS", "--fail", "-w", "%{time_total}\\n"]
+            names = []
+            for k in range(REQUESTS_EACH):
+                name = "blob" if k % 4 == 0 else "index.html"
+                out = os.path.join(self.tmp, f"{tag}-{c}-{k}")
+                argv += ["-o", out, f"{url}/{name}"]
+                names.append((name, out))
+            clients.append(self.start(f"curl-{tag}-{c}", argv, under))
+            outs.append(names)
+        times = []
+        for client, names in zip(clients, outs):
+            self.assert_exit(client, 60)
+            for name, out in names:
+                with open(out, "rb") as f:
+                    self.assertEqual(hashlib.sha256(f.read()).hexdigest(), want[name],
+                                     f"{client.name}: {out} differs" + self.context())
+            t = [float(x) * 1e3 for x in client.out().split()]
+            self.assertEqual(len(t), REQUESTS_EACH, client.out())
+            times += t
+        return clients, times
+
+    def test_workers_as_nobody(self):
+        """nginx as root with its workers as nobody, curl as root."""
+        if os.geteuid() != 0:
+            self.skipTest("needs root (nginx switches its workers to nobody)")
+        pw = pwd.getpwnam("nobody")
+        # The workers (nobody) read the files and write their own records.
+        os.chmod(self.tmp, 0o755)
+        wlog = os.path.join(self.tmp, "workers.jsonl")
+        with open(wlog, "w"):
+            pass
+        os.chown(wlog, pw.pw_uid, pw.pw_gid)
+        os.chmod(wlog, 0o600)
+        conf = {"user": "user nobody nogroup;", "stat_env": f"env SOVIA_STAT_LOG={wlog};"}
+        worst = {}
+        for under in (True, False):
+            tag = "sovia" if under else "kernel"
+            server, port = self.start_nginx(under, **conf)
+            clients, times = self.keepalive_clients(port, under, tag)
+            self.stop(server)
+            worst[under] = max(times)
+            times.sort()
+            pt.report(f"nginx (root, workers nobody) + curl, {len(times)} keep-alive requests over "
+                      f"{NOBODY_CLIENTS} connections, {tag}: median {times[len(times) // 2]:.2f} ms,"
+                      f" slowest {worst[under]:.2f} ms")
+            if under:
+                for c in clients:
+                    with self.subTest(record=c.name):
+                        r = self.check_carried(c)
+                        self.assertEqual((r["carried"], r["redirected"], r["fell_back"]), (1, 1, 0),
+                                         f"{c.name}: {r}" + self.context())
+                with open(wlog) as f:
+                    workers = [json.loads(line) for line in f if line.strip()]
+                with self.subTest(record="nginx workers (nobody)"):
+                    self.assertEqual(sum(r["carried"] for r in workers), NOBODY_CLIENTS,
+                                     f"workers' records: {workers}" + self.context())
+                    self.assertEqual(sum(r["kernel"] + r["fell_back"] for r in workers), 0,
+                                     f"workers' records: {workers}")
+            self.tmp_reset()
+        with self.subTest(check="no request waits"):
+            if worst[False] < 5:
+                self.assertLessEqual(worst[True], 20, "a request under sovia waited "
+                                     f"{worst[True]:.1f} ms (kernel TCP's slowest: "
+                                     f"{worst[False]:.1f} ms)")
+            else:
+                pt.report(f"kernel TCP's slowest request took {worst[False]:.1f} ms (a loaded "
+                          "machine): the 20 ms bound is not checked")
 
     def tmp_reset(self):
         """A second nginx in the same case needs fresh directories."""

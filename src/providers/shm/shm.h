@@ -73,6 +73,17 @@ enum shm_msg_type {
     SHM_MSG_NUDGE,  /* look at the VI now (VipxViNudge) */
 };
 
+/* How a peer wakes the sender of a REQUEST or ACCEPT (shm_msg.wake_sock).
+ * Between two users only FUTEX and NAMED: the sender's own VI's words, or
+ * a byte sent to its CQ's wake-up socket by name (anyone may send there:
+ * the name only), never a socket or page another user gave us, nor one
+ * our other connections share. */
+enum shm_wake_mode {
+    SHM_WAKE_FUTEX = 0,  /* fd 2 holds the armed word, fd 3 the futex word */
+    SHM_WAKE_SOCKET = 1, /* fd 2 holds the armed word, fd 3 is a datagram socket */
+    SHM_WAKE_NAMED = 2,  /* fd 2 holds the armed word; send a byte to "sovia-w." + wake_id */
+};
+
 struct shm_msg {
     uint32_t magic;
     uint16_t version;
@@ -81,9 +92,10 @@ struct shm_msg {
     uint16_t rdma_write;
     uint32_t max_transfer;
     uint32_t armed_off, word_off; /* offsets of the wake words in fds 2 and 3 */
-    uint32_t wake_sock;           /* 1: fd 3 is a datagram socket to send wake-ups to */
+    uint32_t wake_sock;           /* enum shm_wake_mode */
     uint16_t host_len, disc_len;  /* the sender's own address */
     uint8_t addr[16 + VIPL_MAX_DISC];
+    uint64_t wake_id; /* SHM_WAKE_NAMED: the CQ's wake-up socket */
 };
 
 /* What we map of the connected peer and how we reach it. */
@@ -95,6 +107,7 @@ struct shm_peer {
     const _Atomic uint32_t *wake_armed; /* the peer's receive wake-up */
     _Atomic uint32_t *wake_word;        /* futex mode */
     int wake_sock;                      /* socket mode when >= 0 */
+    uint64_t wake_named;                /* SHM_WAKE_NAMED: its CQ's wake-up socket (0: none) */
     void *armed_map, *word_map;
     size_t armed_len, word_len;
     /* The peer's geometry, copied once and validated at connect. */
@@ -159,6 +172,10 @@ struct shm_vi {
     VIPX_VI_STATS stats;
     bool agent_watched;
     bool shared; /* SHM_MSG_SHARED sent (sq_lock) */
+    /* Connected to another user through a CQ (SHM_WAKE_NAMED): the peer
+     * reads our own ctl's recv_armed, which follows the CQ's armed count
+     * (CQ lock). */
+    bool relay;
     /* VIPX_VI_INHERITABLE: descriptors are kept for VipxViExport, and ctl
      * is not sealed against writing (a new image must write it again). */
     bool inheritable;
@@ -190,6 +207,20 @@ struct shm_cq {
     /* Some sleeper of ours may not be woken (no slot, no socket): sleep in
      * slices (VipxCQPollFds gives no doorbell). */
     bool lossy;
+    uint32_t nrelay; /* attached VIs with `relay` (CQ lock) */
+    uint32_t narmed; /* sleepers armed, counted under the CQ lock (shm_cq_relay) */
+};
+
+/* A requester's socket taken from the listening socket whose REQUEST has
+ * not come yet: waited for together with every other, so one that says
+ * nothing holds nobody up. */
+#define SHM_ARRIVALS 64
+struct shm_arrival {
+    int sock;
+    pid_t pid;
+    uid_t uid;
+    bool foreign;
+    uint64_t deadline_ns; /* CLOCK_MONOTONIC: dropped after */
 };
 
 /* A listening discriminator. Waiters hold references, so VipxUnlisten can
@@ -201,7 +232,11 @@ struct shm_listener {
     int fd;
     atomic_int reserve; /* /dev/null, given up to refuse when out of fds */
     unsigned refs;     /* the NIC's list holds one while listed */
+    bool any_user;     /* takes requests of other users (VipxListenAnyUser) */
     atomic_bool closed; /* unlistened: waiters return */
+    pthread_mutex_t alock; /* arrivals */
+    struct shm_arrival arrivals[SHM_ARRIVALS];
+    unsigned narrivals;
 };
 
 struct shm_agent;
@@ -295,6 +330,12 @@ void shm_cq_arm_holders(struct shm_cq *cq, int delta);
 void shm_holder_leave(struct shm_vi *vi);
 /* An imported VI on an imported CQ: its slot, if it had one before exec. */
 void shm_holder_find(struct shm_cq *cq, struct shm_vi *vi);
+void shm_cq_relay(struct shm_cq *cq, struct shm_vi *vi, bool on);
+
+/* shm_cred.c */
+bool shm_peer_cred(int sock, pid_t *pid, uid_t *uid);
+bool shm_process_is_self(pid_t pid, int pidfd);
+int shm_token_wrap(int token);
 
 /* shm_wake.c */
 /* A CQ's wake-up sockets (see struct shm_cq); 0 or -errno. */
@@ -323,7 +364,7 @@ VIP_RETURN shm_disconnect(struct vipl_vi *vi);
 VIP_RETURN shm_share_vi(struct vipl_vi *vi);
 VIP_RETURN shm_nudge_vi(struct vipl_vi *vi);
 void shm_release_vi(struct vipl_vi *vi);
-VIP_RETURN shm_listen(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
+VIP_RETURN shm_listen(struct vipl_nic *nic, const VIP_NET_ADDRESS *local, bool any_user);
 VIP_RETURN shm_unlisten(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
 void shm_close_listeners(struct shm_nic *snic);
 void shm_forget_listeners(struct shm_nic *snic); /* in a forked child */

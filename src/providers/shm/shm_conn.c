@@ -5,8 +5,11 @@
  * "sovia-vipl.<euid>.<discriminator bytes>": nothing is ever created in the
  * file system, so nothing can be left behind, whatever way a process dies.
  * Abstract sockets have no file permissions, so every connection's peer
- * credentials (SO_PEERCRED) are checked on both sides and a peer of another
- * user is dropped before a byte or a descriptor is exchanged.
+ * credentials (SO_PEERCRED) are checked on both sides: a requester talks
+ * only to a listener of the user it dialled, and a listener drops a
+ * requester of another user before a byte or a descriptor is exchanged,
+ * unless it takes every user's (VipxListenAnyUser). A connection between
+ * two users carries only that connection's segments (fill_msg, shm_cred.c).
  *
  * The request carries the client's segment fds, the accept the server's.
  * The socket then stays open for the life of the connection: the agent
@@ -34,14 +37,15 @@ struct shm_pending {
     int fds[5];
     struct shm_msg msg;
     pid_t pid;
+    bool foreign; /* another user than we are now */
 };
 
-static socklen_t sock_name(struct sockaddr_un *sun, const uint8_t *disc, uint16_t len)
+static socklen_t sock_name(struct sockaddr_un *sun, uid_t uid, const uint8_t *disc, uint16_t len)
 {
     memset(sun, 0, sizeof(*sun));
     sun->sun_family = AF_UNIX;
     int n = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "sovia-vipl.%u.",
-                     (unsigned)geteuid());
+                     (unsigned)uid);
     memcpy(sun->sun_path + 1 + n, disc, len);
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n + len);
 }
@@ -83,16 +87,6 @@ static bool host_is_local(const VIP_NET_ADDRESS *a)
     bool local = bind(s, sa, len) == 0;
     VipxFdClose(s);
     return local;
-}
-
-static bool peer_cred(int sock, pid_t *pid)
-{
-    struct ucred cr;
-    socklen_t len = sizeof(cr);
-    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || cr.uid != geteuid())
-        return false;
-    *pid = cr.pid;
-    return true;
 }
 
 static int send_msg(int sock, const struct shm_msg *m, const int *fds, int nfds)
@@ -166,9 +160,13 @@ static int recv_msg(int sock, struct shm_msg *m, int fds[5], const struct timesp
     return nfds;
 }
 
-/* Our side of a connection: the fds and the address to announce. */
+/* Our side of a connection: the fds and the address to announce. To
+ * another user (foreign) only this VI's own segments: its CQ's armed page
+ * and wake-up socket serve our other connections too, so such a peer
+ * reads the VI's own armed word and wakes the CQ by its socket's name,
+ * which anyone may send to anyway. */
 static void fill_msg(struct shm_vi *vi, enum shm_msg_type type, const VIP_NET_ADDRESS *self,
-                     struct shm_msg *m, int fds[4])
+                     struct shm_msg *m, int fds[4], bool foreign)
 {
     *m = (struct shm_msg){
         .magic = SHM_MAGIC,
@@ -185,17 +183,27 @@ static void fill_msg(struct shm_vi *vi, enum shm_msg_type type, const VIP_NET_AD
     }
     fds[0] = vi->ctl_fd;
     fds[1] = vi->rx_fd;
-    if (vi->core.recv_cq) {
+    if (vi->core.recv_cq && !foreign) {
         struct shm_cq *cq = shm_cq(vi->core.recv_cq);
         fds[2] = cq->armed_fd;
         fds[3] = cq->wake_tx;
-        m->wake_sock = 1;
+        m->wake_sock = SHM_WAKE_SOCKET;
     } else {
         fds[2] = vi->ctl_fd;
         fds[3] = vi->rx_fd;
         m->armed_off = (uint32_t)offsetof(struct shm_ctl, live.recv_armed);
         m->word_off = (uint32_t)offsetof(struct shm_rx, live.wake_seq);
+        m->wake_sock = vi->core.recv_cq ? SHM_WAKE_NAMED : SHM_WAKE_FUTEX;
+        m->wake_id = vi->core.recv_cq ? shm_cq(vi->core.recv_cq)->wake_id : 0;
     }
+}
+
+/* Before the peer can complete anything: the own armed word of a VI woken
+ * by name follows its CQ (shm_cq_relay). */
+static void relay_on(struct shm_vi *vi, const struct shm_msg *ours, bool on)
+{
+    if (vi->core.recv_cq && ours->wake_sock == SHM_WAKE_NAMED)
+        shm_cq_relay(shm_cq(vi->core.recv_cq), vi, on);
 }
 
 VIP_VI_ATTRIBUTES shm_attrs_of(const struct shm_msg *m)
@@ -208,9 +216,10 @@ VIP_VI_ATTRIBUTES shm_attrs_of(const struct shm_msg *m)
 }
 
 /* Maps the peer described by `m` and its fds and attaches it to `vi`.
- * Takes ownership of the fds and of `sock`, whatever the outcome. */
+ * Takes ownership of the fds, of `sock` and of `pidfd` (the peer's, or -1
+ * to open one), whatever the outcome. */
 static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fds[4], int sock,
-                              pid_t pid)
+                              pid_t pid, int pidfd)
 {
     struct shm_nic *snic = shm_nic(vi->core.nic);
     struct shm_peer *peer = calloc(1, sizeof(*peer));
@@ -223,13 +232,15 @@ static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fd
     if (rc != 0) {
         free(peer);
         VipxFdClose(sock);
+        if (pidfd >= 0)
+            VipxFdClose(pidfd);
         return VIP_ERROR_RESOURCE;
     }
     peer->msg = *m;
     peer->attrs = shm_attrs_of(m);
     peer->sock = sock;
     peer->pid = pid;
-    peer->pidfd = vipl_fd_pidfd(pid);
+    peer->pidfd = pidfd >= 0 ? pidfd : vipl_fd_pidfd(pid);
     shm_lock(&vi->sq_lock);
     vi->peer = peer;
     shm_unlock(&vi->sq_lock);
@@ -252,12 +263,13 @@ static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fd
 /* The listener for `local`'s discriminator, with a reference for the
  * caller; created (listening) if `create`. NULL with *err on failure. */
 static struct shm_listener *listener_get(struct shm_nic *snic, const VIP_NET_ADDRESS *local,
-                                         bool create, int *err)
+                                         bool create, bool any_user, int *err)
 {
     const uint8_t *disc = disc_of(local);
     pthread_mutex_lock(&snic->lock);
     for (struct shm_listener *l = snic->listeners; l; l = l->next)
         if (l->disc_len == local->DiscriminatorLen && !memcmp(l->disc, disc, l->disc_len)) {
+            l->any_user |= any_user; /* (under the NIC lock) */
             l->refs++;
             pthread_mutex_unlock(&snic->lock);
             return l;
@@ -269,7 +281,7 @@ static struct shm_listener *listener_get(struct shm_nic *snic, const VIP_NET_ADD
     }
     int fd = vipl_fd_socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     struct sockaddr_un sun;
-    socklen_t len = sock_name(&sun, disc, local->DiscriminatorLen);
+    socklen_t len = sock_name(&sun, geteuid(), disc, local->DiscriminatorLen);
     struct shm_listener *l = calloc(1, sizeof(*l));
     if (fd < 0 || !l || bind(fd, (struct sockaddr *)&sun, len) != 0 || listen(fd, SOMAXCONN)) {
         *err = fd < 0 || !l ? -ENOMEM : -errno;
@@ -282,6 +294,8 @@ static struct shm_listener *listener_get(struct shm_nic *snic, const VIP_NET_ADD
     memcpy(l->disc, disc, local->DiscriminatorLen);
     l->disc_len = local->DiscriminatorLen;
     l->fd = fd;
+    l->any_user = any_user;
+    pthread_mutex_init(&l->alock, NULL);
     atomic_init(&l->reserve, vipl_fd_reserve());
     l->refs = 2; /* the list's and the caller's */
     l->next = snic->listeners;
@@ -292,6 +306,9 @@ static struct shm_listener *listener_get(struct shm_nic *snic, const VIP_NET_ADD
 
 static void listener_free(struct shm_listener *l)
 {
+    for (unsigned i = 0; i < l->narrivals; i++)
+        VipxFdClose(l->arrivals[i].sock);
+    pthread_mutex_destroy(&l->alock);
     VipxFdClose(l->fd);
     int r = atomic_load(&l->reserve);
     if (r >= 0)
@@ -348,12 +365,12 @@ void shm_forget_listeners(struct shm_nic *snic)
     }
 }
 
-VIP_RETURN shm_listen(struct vipl_nic *nic, const VIP_NET_ADDRESS *local)
+VIP_RETURN shm_listen(struct vipl_nic *nic, const VIP_NET_ADDRESS *local, bool any_user)
 {
     if (!host_is_local(local))
         return VIP_INVALID_PARAMETER;
     int err;
-    struct shm_listener *l = listener_get(shm_nic(nic), local, true, &err);
+    struct shm_listener *l = listener_get(shm_nic(nic), local, true, any_user, &err);
     if (!l)
         return VIP_ERROR_RESOURCE; /* EADDRINUSE: another process listens */
     listener_put(shm_nic(nic), l);
@@ -364,7 +381,7 @@ VIP_RETURN shm_unlisten(struct vipl_nic *nic, const VIP_NET_ADDRESS *local)
 {
     struct shm_nic *snic = shm_nic(nic);
     int err;
-    struct shm_listener *l = listener_get(snic, local, false, &err);
+    struct shm_listener *l = listener_get(snic, local, false, false, &err);
     if (!l)
         return VIP_INVALID_STATE;
     /* Two threads may unlisten at once (a listener's close and its
@@ -408,15 +425,134 @@ static void refuse_for_want_of_fds(struct shm_listener *l)
         VipxFdClose(r);
 }
 
-/* A request must name a well-formed client address. */
-static bool request_ok(const struct shm_msg *m, int nfds)
+/* A request must name a well-formed client address; one of another user
+ * must not ask us to send to a socket it gave (only its own VI's words, or
+ * a wake-up by name): sending to a socket of its choosing, we would speak for our own
+ * user to whatever it is connected to. */
+static bool request_ok(const struct shm_msg *m, int nfds, bool foreign)
 {
     return m->type == SHM_MSG_REQUEST && (nfds == 4 || nfds == 5) && m->disc_len >= 1 &&
+           !(foreign && m->wake_sock == SHM_WAKE_SOCKET) &&
            (m->reliability == VIP_SERVICE_UNRELIABLE ||
             m->reliability == VIP_SERVICE_RELIABLE_DELIVERY ||
             m->reliability == VIP_SERVICE_RELIABLE_RECEPTION);
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* A requester has this long to send its REQUEST after it connected (it
+ * sends it at once; this only bounds what a silent one holds). */
+#define ARRIVAL_NS 2000000000u
+
+/* The next requester from the listening socket; false if there is none,
+ * or it is of another user and the listener is not for every user
+ * (dropped at once). */
+static bool accept_arrival(struct shm_nic *snic, struct shm_listener *l, struct shm_arrival *a)
+{
+    int s = vipl_fd_accept4(l->fd, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (s < 0 && (errno == EMFILE || errno == ENFILE))
+        refuse_for_want_of_fds(l);
+    if (s < 0)
+        return false; /* another waiter took it */
+    /* (The requester's credentials when it connected: just now.) */
+    *a = (struct shm_arrival){.sock = s, .uid = (uid_t)-1, .deadline_ns = now_ns() + ARRIVAL_NS};
+    bool known = shm_peer_cred(s, &a->pid, &a->uid);
+    a->foreign = a->uid != geteuid();
+    pthread_mutex_lock(&snic->lock);
+    bool welcome = known && (!a->foreign || l->any_user);
+    pthread_mutex_unlock(&snic->lock);
+    if (!welcome)
+        VipxFdClose(s);
+    return welcome;
+}
+
+/* Keeps an arrival whose REQUEST has not come yet (the oldest goes if
+ * they are full). */
+static void arrival_keep(struct shm_listener *l, const struct shm_arrival *a)
+{
+    int drop = -1;
+    pthread_mutex_lock(&l->alock);
+    if (l->narrivals == SHM_ARRIVALS) {
+        drop = l->arrivals[0].sock;
+        memmove(l->arrivals, l->arrivals + 1, sizeof(*a) * (SHM_ARRIVALS - 1));
+        l->narrivals--;
+    }
+    l->arrivals[l->narrivals++] = *a;
+    pthread_mutex_unlock(&l->alock);
+    if (drop >= 0)
+        VipxFdClose(drop);
+}
+
+/* Takes arrival `sock` out of the list (false: another waiter has it, or
+ * it went); with sock < 0, drops those past their deadline and returns
+ * the milliseconds to the next deadline in *next_ms (-1: none). */
+static bool arrival_take(struct shm_listener *l, int sock, struct shm_arrival *out, int *next_ms)
+{
+    bool found = false;
+    uint64_t now = now_ns(), next = UINT64_MAX;
+    int gone[SHM_ARRIVALS];
+    unsigned ngone = 0, kept = 0;
+    pthread_mutex_lock(&l->alock);
+    for (unsigned i = 0; i < l->narrivals; i++) {
+        struct shm_arrival *a = &l->arrivals[i];
+        if (sock >= 0 ? a->sock == sock : a->deadline_ns <= now) {
+            if (sock >= 0)
+                *out = *a;
+            else
+                gone[ngone++] = a->sock;
+            found = true;
+            continue;
+        }
+        if (a->deadline_ns < next)
+            next = a->deadline_ns;
+        l->arrivals[kept++] = *a;
+    }
+    l->narrivals = kept;
+    pthread_mutex_unlock(&l->alock);
+    for (unsigned i = 0; i < ngone; i++)
+        VipxFdClose(gone[i]);
+    if (next_ms)
+        *next_ms = next == UINT64_MAX ? -1 : (int)((next - now) / 1000000u) + 1;
+    return found;
+}
+
+/* An arrival's REQUEST, if it is there: the pending request, or NULL
+ * with *nfds -ETIMEDOUT (not yet: the arrival is left alone) or another
+ * -errno (malformed, refused, or the requester went: it is closed). */
+static struct shm_pending *read_request(struct shm_arrival *a, int *nfds)
+{
+    struct shm_pending *pc = calloc(1, sizeof(*pc));
+    struct timespec now;
+    int n = pc ? recv_msg(a->sock, &pc->msg, pc->fds, vipl_deadline(0, &now)) : -ENOMEM;
+    *nfds = n;
+    if (n == -ETIMEDOUT) {
+        free(pc);
+        return NULL;
+    }
+    if (n < 0 || !request_ok(&pc->msg, n, a->foreign)) {
+        if (n > 0)
+            close_fds(pc->fds, n);
+        free(pc);
+        VipxFdClose(a->sock);
+        return NULL;
+    }
+    pc->sock = a->sock;
+    pc->pid = a->pid;
+    pc->foreign = a->foreign;
+    return pc;
+}
+
+/*
+ * Waits for a request on `local`. The listening socket and every requester
+ * that connected but has not sent its REQUEST yet are polled together, so
+ * a requester that says nothing (anyone may connect to a listener for
+ * every user) delays nobody else.
+ */
 VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
                             const struct timespec *deadline, VIP_NET_ADDRESS *remote,
                             struct vipl_conn *conn)
@@ -425,44 +561,44 @@ VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
         return VIP_INVALID_PARAMETER;
     struct shm_nic *snic = shm_nic(nic);
     int err;
-    struct shm_listener *l = listener_get(snic, local, true, &err);
+    struct shm_listener *l = listener_get(snic, local, true, false, &err);
     if (!l)
         return VIP_ERROR_RESOURCE; /* another process listens on it */
     VIP_RETURN r = VIP_TIMEOUT;
+    struct pollfd pfd[1 + SHM_ARRIVALS];
     for (;;) {
         if (atomic_load(&l->closed)) {
             r = VIP_INVALID_STATE;
             break;
         }
-        struct pollfd pfd = {.fd = l->fd, .events = POLLIN};
-        int rc = poll(&pfd, 1, vipl_ms_left(deadline));
-        if (rc == 0)
+        int next_ms, left = vipl_ms_left(deadline);
+        arrival_take(l, -1, NULL, &next_ms);
+        pfd[0] = (struct pollfd){.fd = l->fd, .events = POLLIN};
+        nfds_t n = 1;
+        pthread_mutex_lock(&l->alock);
+        for (unsigned i = 0; i < l->narrivals; i++)
+            pfd[n++] = (struct pollfd){.fd = l->arrivals[i].sock, .events = POLLIN};
+        pthread_mutex_unlock(&l->alock);
+        int rc = poll(pfd, n, next_ms >= 0 && (left < 0 || next_ms < left) ? next_ms : left);
+        if (rc == 0 && vipl_ms_left(deadline) == 0)
             break; /* VIP_TIMEOUT */
-        if (rc < 0 || atomic_load(&l->closed))
-            continue; /* EINTR, or unlistened: checked above */
-        int s = vipl_fd_accept4(l->fd, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        pid_t pid;
-        if (s < 0 && (errno == EMFILE || errno == ENFILE))
-            refuse_for_want_of_fds(l);
-        if (s < 0)
-            continue; /* another waiter took it */
-        if (!peer_cred(s, &pid)) {
-            VipxFdClose(s);
+        if (rc <= 0 || atomic_load(&l->closed))
+            continue; /* EINTR, an arrival's deadline, or unlistened: checked above */
+        struct shm_pending *pc = NULL;
+        int nfds = 0;
+        struct shm_arrival a;
+        for (nfds_t i = 1; i < n && !pc; i++)
+            if (pfd[i].revents && arrival_take(l, pfd[i].fd, &a, NULL))
+                pc = read_request(&a, &nfds);
+        /* A new requester's REQUEST is usually there already. */
+        if (!pc && (pfd[0].revents & POLLIN) && accept_arrival(snic, l, &a) &&
+            !(pc = read_request(&a, &nfds)) && nfds == -ETIMEDOUT)
+            arrival_keep(l, &a);
+        if (!pc)
             continue;
-        }
-        struct shm_pending *pc = calloc(1, sizeof(*pc));
-        struct timespec brief;
-        int n = pc ? recv_msg(s, &pc->msg, pc->fds, vipl_deadline(2000, &brief)) : -ENOMEM;
-        if (n < 0 || !request_ok(&pc->msg, n)) {
-            if (n > 0)
-                close_fds(pc->fds, n);
-            free(pc);
-            VipxFdClose(s);
-            continue;
-        }
-        pc->sock = s;
-        pc->pid = pid;
-        conn->token = n == 5 ? pc->fds[4] : -1; /* the core's from now on */
+        conn->token = nfds == 5 ? pc->fds[4] : -1; /* the core's from now on */
+        conn->peer_uid = a.uid;
+        conn->foreign = a.foreign;
         remote->HostAddressLen = pc->msg.host_len;
         remote->DiscriminatorLen = pc->msg.disc_len;
         memcpy(remote->HostAddress, pc->msg.addr, (size_t)pc->msg.host_len + pc->msg.disc_len);
@@ -489,12 +625,17 @@ VIP_RETURN shm_connect_accept(struct vipl_conn *conn, struct vipl_vi *cvi)
     struct shm_pending *pc = conn->prov_conn;
     struct shm_msg reply;
     int ours[4];
-    fill_msg(vi, SHM_MSG_ACCEPT, NULL, &reply, ours);
+    /* A requester that wakes us by name (it takes us for another user) is
+     * answered alike. */
+    fill_msg(vi, SHM_MSG_ACCEPT, NULL, &reply, ours,
+             pc->foreign || pc->msg.wake_sock == SHM_WAKE_NAMED);
+    relay_on(vi, &reply, true);
     if (send_msg(pc->sock, &reply, ours, 4) != 0) {
+        relay_on(vi, &reply, false);
         pending_free(pc, true);
         return VIP_ERROR_RESOURCE; /* the requester is gone */
     }
-    VIP_RETURN r = attach_peer(vi, &pc->msg, pc->fds, pc->sock, pc->pid);
+    VIP_RETURN r = attach_peer(vi, &pc->msg, pc->fds, pc->sock, pc->pid, -1);
     free(pc); /* attach_peer owns the fds and the socket now */
     return r;
 }
@@ -507,27 +648,31 @@ void shm_connect_reject(struct vipl_conn *conn)
     pending_free(pc, true);
 }
 
-/* Connects to the listener; -ECONNREFUSED if nobody listens. */
-static int dial(const VIP_NET_ADDRESS *remote, const struct timespec *deadline)
+/* Connects to uid's listener; -ECONNREFUSED if nobody listens, or if its
+ * backlog is full. A listener takes requesters as they come (arrivals), so
+ * a full backlog (4096) is one that does not, and a squatter may keep its
+ * own full on purpose: waiting there would make every dialler wait. */
+static int dial(const VIP_NET_ADDRESS *remote, uid_t uid)
 {
     struct sockaddr_un sun;
-    socklen_t len = sock_name(&sun, disc_of(remote), remote->DiscriminatorLen);
-    for (;;) {
-        int s = vipl_fd_socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (s < 0)
-            return -errno;
-        if (connect(s, (struct sockaddr *)&sun, len) == 0)
-            return s;
-        int err = errno;
-        VipxFdClose(s);
-        if (err != EAGAIN) /* EAGAIN: the listener's backlog is full */
-            return err == ENOENT ? -ECONNREFUSED : -err;
-        if (vipl_ms_left(deadline) == 0)
-            return -ETIMEDOUT;
-        usleep(1000);
-    }
+    socklen_t len = sock_name(&sun, uid, disc_of(remote), remote->DiscriminatorLen);
+    int s = vipl_fd_socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0)
+        return -errno;
+    if (connect(s, (struct sockaddr *)&sun, len) == 0)
+        return s;
+    int err = errno;
+    VipxFdClose(s);
+    return err == ENOENT || err == EAGAIN || err == ECONNREFUSED ? -ECONNREFUSED : -err;
 }
 
+/*
+ * The requester's side. The listener must be of the user we dialled (a
+ * squatter of another user is left before a byte or a descriptor goes);
+ * whether the connection is between two users is decided by the
+ * listening process's credentials now (shm_cred.c): then our token goes
+ * wrapped (shm_token_wrap) and the peer wakes our CQ by name.
+ */
 VIP_RETURN shm_connect_request(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local,
                                const VIP_NET_ADDRESS *remote, const struct timespec *deadline,
                                VIP_VI_ATTRIBUTES *rattrs)
@@ -535,27 +680,49 @@ VIP_RETURN shm_connect_request(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local
     struct shm_vi *vi = shm_vi(cvi);
     if (!host_is_local(remote))
         return VIP_NOT_REACHABLE;
-    int s = dial(remote, deadline);
-    if (s == -ETIMEDOUT)
-        return VIP_TIMEOUT;
+    uid_t want = cvi->connect_uid == (uid_t)-1 ? geteuid() : cvi->connect_uid;
+    int s = dial(remote, want);
     if (s < 0)
         return s == -ECONNREFUSED ? VIP_NO_MATCH : VIP_ERROR_RESOURCE;
     pid_t pid;
-    struct shm_msg m;
-    int fds[5];
-    fill_msg(vi, SHM_MSG_REQUEST, local, &m, fds);
-    fds[4] = cvi->connect_token;
-    if (!peer_cred(s, &pid) || send_msg(s, &m, fds, fds[4] >= 0 ? 5 : 4) != 0) {
+    uid_t uid;
+    if (!shm_peer_cred(s, &pid, &uid) || uid != want) {
         VipxFdClose(s);
         return VIP_NO_MATCH;
     }
+    int pidfd = vipl_fd_pidfd(pid);
+    bool foreign = want != geteuid() || !shm_process_is_self(pid, pidfd);
+    struct shm_msg m;
+    int fds[5];
+    fill_msg(vi, SHM_MSG_REQUEST, local, &m, fds, foreign);
+    fds[4] = cvi->connect_token >= 0 && foreign ? shm_token_wrap(cvi->connect_token)
+                                                : cvi->connect_token;
+    relay_on(vi, &m, true);
+    bool sent = (cvi->connect_token < 0 || fds[4] >= 0) &&
+                send_msg(s, &m, fds, fds[4] >= 0 ? 5 : 4) == 0;
+    if (foreign && fds[4] >= 0)
+        VipxFdClose(fds[4]); /* the wrapper is the listener's now */
+    if (!sent) {
+        relay_on(vi, &m, false);
+        VipxFdClose(s);
+        if (pidfd >= 0)
+            VipxFdClose(pidfd);
+        return VIP_NO_MATCH;
+    }
+    bool relay = m.wake_sock == SHM_WAKE_NAMED;
     int n = recv_msg(s, &m, fds, deadline);
-    if (n == 4 && m.type == SHM_MSG_ACCEPT) {
-        VIP_RETURN r = attach_peer(vi, &m, fds, s, pid);
+    if (n == 4 && m.type == SHM_MSG_ACCEPT && !(foreign && m.wake_sock == SHM_WAKE_SOCKET)) {
+        VIP_RETURN r = attach_peer(vi, &m, fds, s, pid, pidfd);
         if (r == VIP_SUCCESS)
             *rattrs = shm_attrs_of(&m);
+        else if (relay)
+            shm_cq_relay(shm_cq(cvi->recv_cq), vi, false);
         return r;
     }
+    if (relay)
+        shm_cq_relay(shm_cq(cvi->recv_cq), vi, false);
+    if (pidfd >= 0)
+        VipxFdClose(pidfd);
     if (n > 0)
         close_fds(fds, n);
     VipxFdClose(s);
@@ -628,6 +795,8 @@ VIP_RETURN shm_disconnect(struct vipl_vi *cvi)
 {
     struct shm_vi *vi = shm_vi(cvi);
     peer_drop(vi, SHM_MSG_DISCONNECT);
+    if (cvi->recv_cq) /* (a relay VI's own armed word stops following the CQ) */
+        shm_cq_relay(shm_cq(cvi->recv_cq), vi, false);
     /* Fresh segments: whatever the old peer still maps is no longer ours. */
     shm_rq_flush_all(vi);
     if (shm_vi_segments_create(vi) != 0)

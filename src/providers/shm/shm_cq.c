@@ -89,10 +89,14 @@ static void rebirth(struct shm_cq *cq)
     cq->wake_rx = rx;
     cq->wake_tx = tx;
     cq->wake_id = id;
-    /* The parent's holder slots and sleepers are the parent's. */
+    /* The parent's holder slots and sleepers are the parent's, and so is a
+     * relay VI's own armed word: the child is woken through its slot. */
     cq->ns = 0;
+    cq->nrelay = 0;
+    cq->narmed = 0;
     for (uint32_t i = 0; i < cq->nr; i++) {
         cq->rvis[i]->holder = 0;
+        cq->rvis[i]->relay = false;
         holder_join(cq, cq->rvis[i]);
     }
 }
@@ -226,10 +230,36 @@ int shm_cq_attach(struct shm_cq *cq, struct shm_vi *vi)
     return 0;
 }
 
+/*
+ * A VI connected to another user (SHM_WAKE_NAMED) must not give it the
+ * CQ's armed page, which the CQ's other connections share: its peer reads
+ * the VI's own recv_armed instead, which follows the CQ's armed count from
+ * now on (on: true) or no longer (false), and wakes the CQ by its socket's
+ * name. Turned on before the peer can complete anything (before our
+ * REQUEST or ACCEPT leaves); the count copied is the one shm_cq_arm_holders
+ * keeps under the same lock, so it is exact.
+ */
+void shm_cq_relay(struct shm_cq *cq, struct shm_vi *vi, bool on)
+{
+    pthread_mutex_lock(&cq->lock);
+    if (on && !vi->relay) {
+        atomic_store(&vi->ctl->live.recv_armed, cq->narmed);
+        cq->nrelay++;
+    } else if (!on && vi->relay) {
+        cq->nrelay--;
+    }
+    vi->relay = on;
+    pthread_mutex_unlock(&cq->lock);
+}
+
 void shm_cq_detach(struct shm_cq *cq, struct shm_vi *vi)
 {
     shm_holder_leave(vi);
     pthread_mutex_lock(&cq->lock);
+    if (vi->relay) {
+        vi->relay = false;
+        cq->nrelay--;
+    }
     for (uint32_t i = 0; i < cq->nr; i++)
         if (cq->rvis[i] == vi) {
             cq->rvis[i] = cq->rvis[--cq->nr];
@@ -387,9 +417,29 @@ void shm_holder_find(struct shm_cq *cq, struct shm_vi *vi)
     pthread_mutex_unlock(&cq->lock);
 }
 
+/* One count more or less, never below zero (a peer may write the word). */
+static void arm_word(_Atomic uint32_t *a, int delta)
+{
+    if (delta > 0) {
+        atomic_fetch_add(a, 1);
+        return;
+    }
+    uint32_t v = atomic_load(a);
+    while (v && !atomic_compare_exchange_weak(a, &v, v - 1))
+        ;
+}
+
 void shm_cq_arm_holders(struct shm_cq *cq, int delta)
 {
     pthread_mutex_lock(&cq->lock);
+    if (delta > 0 || cq->narmed)
+        cq->narmed += delta > 0 ? 1 : -1;
+    /* The armed words of VIs connected to another user (shm_cq_relay). */
+    for (uint32_t i = 0, n = cq->nrelay; i < cq->nr && n; i++)
+        if (cq->rvis[i]->relay) {
+            arm_word(&cq->rvis[i]->ctl->live.recv_armed, delta);
+            n--;
+        }
     for (uint32_t i = 0; i < cq->ns; i++) {
         struct shm_holder *h = &cq->svis[i]->ctl->live.holder[cq->svis[i]->holder - 1];
         if (delta > 0) {

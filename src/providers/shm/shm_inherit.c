@@ -32,7 +32,7 @@ struct vi_state {
     uint32_t first_sidx, nposted;
     uint32_t peer_consumed, peer_posted_seen;
     int32_t peer_pid;
-    uint8_t watch_pid, shared;
+    uint8_t watch_pid, shared, relay;
     struct shm_msg peer_msg;
 };
 
@@ -69,12 +69,13 @@ VIP_RETURN shm_vi_export(struct vipl_vi *cvi, VIPX_STATE *st, VIP_ULONG *offsets
             .peer_pid = peer->pid,
             .watch_pid = peer->pidfd >= 0,
             .shared = vi->shared,
+            .relay = vi->relay,
             .peer_msg = peer->msg,
         };
         memcpy(st->Data, &s, sizeof(s));
         st->Length = sizeof(s);
         int fds[NFDS] = {vi->ctl_fd, vi->rx_fd, peer->sock, peer->kept[0], peer->kept[1],
-                         peer->kept[2], peer->msg.wake_sock ? peer->wake_sock : peer->kept[3]};
+                         peer->kept[2], peer->msg.wake_sock == SHM_WAKE_SOCKET ? peer->wake_sock : peer->kept[3]};
         memcpy(st->Fds, fds, sizeof(fds));
         st->NumFds = NFDS;
     }
@@ -182,6 +183,8 @@ VIP_RETURN shm_vi_import(struct vipl_vi *cvi, const VIPX_STATE *st)
             rc = -ENOMEM;
         else if (cvi->recv_cq) /* held since a fork, before the exec */
             shm_holder_find(shm_cq(cvi->recv_cq), vi);
+        if (cvi->recv_cq && s.relay) /* a peer of another user reads our own word */
+            shm_cq_relay(shm_cq(cvi->recv_cq), vi, true);
     }
     if (rc == 0) {
         atomic_store(&cvi->state, VIP_STATE_CONNECTED);

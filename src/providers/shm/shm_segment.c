@@ -199,21 +199,24 @@ static bool is_wake_socket(int fd)
 
 /*
  * Maps the peer's segments from the fds it sent: ctl read-only, rx
- * read-write, the armed flag read-only, and either its futex word page
- * read-write or (m->wake_sock) keeps its wake-up socket (fds[3] is then
- * taken: set to -1). Every size and offset is checked against what the
- * kernel says the descriptors are; returns -EPROTO on anything inconsistent.
+ * read-write, the armed flag read-only, and by m->wake_sock: its futex
+ * word page read-write (FUTEX), its wake-up socket, kept (SOCKET: fds[3]
+ * is then taken, set to -1), or nothing (NAMED: the wake-up goes to the
+ * CQ socket m->wake_id names; fds[3] is left to the caller). Every size and offset is checked against what the kernel says
+ * the descriptors are; returns -EPROTO on anything inconsistent.
  */
 int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m, size_t page)
 {
     /* Read-only for us; whether the owner sealed them against its peers is
      * the owner's business (an inheritable VI does not). */
+    bool sock = m->wake_sock == SHM_WAKE_SOCKET, futex = m->wake_sock == SHM_WAKE_FUTEX;
     size_t ctl_len = sealed_size(fds[0], SEALS_COMMON);
     size_t rx_len = sealed_size(fds[1], SEALS_COMMON);
     size_t armed_len = sealed_size(fds[2], SEALS_COMMON);
-    size_t word_len = m->wake_sock ? 0 : sealed_size(fds[3], SEALS_COMMON);
-    bool wake_ok = m->wake_sock ? is_wake_socket(fds[3])
-                                : word_len && !(m->word_off & 3) && (size_t)m->word_off + 4 <= word_len;
+    size_t word_len = futex ? sealed_size(fds[3], SEALS_COMMON) : 0;
+    bool wake_ok = sock    ? is_wake_socket(fds[3])
+                   : futex ? word_len && !(m->word_off & 3) && (size_t)m->word_off + 4 <= word_len
+                           : m->wake_sock == SHM_WAKE_NAMED && m->wake_id != 0;
     if (!ctl_len || !rx_len || !armed_len || !wake_ok || (m->armed_off & 3) ||
         (size_t)m->armed_off + 4 > armed_len || ctl_len < sizeof(struct shm_ctl))
         return -EPROTO;
@@ -225,14 +228,15 @@ int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m, siz
     peer->ctl_len = ctl_len;
     peer->rx_len = rx_len;
     peer->armed_len = armed_len;
-    if (m->wake_sock) {
+    peer->wake_named = m->wake_sock == SHM_WAKE_NAMED ? m->wake_id : 0;
+    if (sock) {
         peer->wake_sock = fds[3];
         fds[3] = -1;
-    } else {
+    } else if (futex) {
         peer->word_map = map_peer(fds[3], word_len, PROT_READ | PROT_WRITE);
         peer->word_len = word_len;
     }
-    if (!peer->ctl || !peer->rx || !peer->armed_map || (!m->wake_sock && !peer->word_map)) {
+    if (!peer->ctl || !peer->rx || !peer->armed_map || (futex && !peer->word_map)) {
         shm_peer_unmap(peer);
         return -ENOMEM;
     }

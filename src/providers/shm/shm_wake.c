@@ -183,8 +183,12 @@ static void ring_named(uint64_t id)
 void shm_wake_peer(struct shm_peer *peer)
 {
     shm_full_barrier();
-    if (atomic_load_explicit(peer->wake_armed, memory_order_relaxed))
-        ring(peer->wake_word, true, peer->wake_sock);
+    if (atomic_load_explicit(peer->wake_armed, memory_order_relaxed)) {
+        if (peer->wake_named) /* a peer of another user: its CQ by name */
+            ring_named(peer->wake_named);
+        else
+            ring(peer->wake_word, true, peer->wake_sock);
+    }
     /* Processes that hold the other end since a fork sleep on CQs of their
      * own (one line, written only when they arm: it stays in our cache). */
     const struct shm_holder *h = peer->ctl->live.holder;
