@@ -50,6 +50,13 @@ static int *open_fds(unsigned first, unsigned last, size_t *count)
     return fds;
 }
 
+/* Has sovia descriptors of its own yet? (The exit record's log is open
+ * from the start, before any connection.) */
+static bool sovia_holds_fds(void)
+{
+    return sov_g.nic || exitlog_fd() >= 0;
+}
+
 /* Closes (or marks close-on-exec) what is not sovia's. -1 with errno when
  * the descriptors could not be listed: the caller then asks the kernel. */
 static int spare_sovia(unsigned first, unsigned last, int flags)
@@ -75,7 +82,7 @@ static int spare_sovia(unsigned first, unsigned last, int flags)
 PRELOAD_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 {
     preload_ready();
-    if (!sov_g.nic || first > last || (flags & ~(CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE)))
+    if (!sovia_holds_fds() || first > last || (flags & ~(CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE)))
         return (int)syscall(SYS_close_range, first, last, flags);
     if ((flags & CLOSE_RANGE_UNSHARE) && unshare(CLONE_FILES) != 0)
         return -1;

@@ -17,6 +17,8 @@
  */
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -51,6 +53,35 @@ static void keep_path(const char *path)
     memcpy(where.slot[(c + 1) & 1], path, n);
     where.slot[(c + 1) & 1][n] = '\0';
     atomic_store_explicit(&where.cur, c + 1, memory_order_release);
+}
+
+/* The kept log, open from the process's first sovia call (sov_init_hook),
+ * and the program's name: the record is then written with write(2) alone,
+ * which a process that sandboxed itself (OpenSSH's pre-authentication
+ * child: RLIMIT_NOFILE 1, a seccomp filter that kills on readlink) can
+ * still do. Replaced in a fork child, alone. */
+static atomic_int log_fd = -1;
+static char exe[256] = "?";
+
+int exitlog_fd(void)
+{
+    return atomic_load_explicit(&log_fd, memory_order_relaxed);
+}
+
+static void open_kept(void)
+{
+    const char *path = kept_path();
+    int fd = -1;
+    if (*path) {
+        VipxFdCreateBegin(); /* one of ours: safe from the program's stale close() */
+        fd = VipxFdAdopt(open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
+        VipxFdCreateEnd();
+    }
+    int old = atomic_exchange(&log_fd, fd);
+    if (old >= 0)
+        VipxFdClose(old);
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    exe[n > 0 ? n : 1] = '\0';
 }
 
 /* Once per process: NOT_YET, then WRITING, then WRITTEN. */
@@ -114,11 +145,8 @@ static void write_record(const char *path, int sig)
 {
     struct sov_tally t;
     sov_tally(&t);
-    if (!path || !*path || t.carried + t.fell_back + t.kernel == 0)
+    if (!path || !*path || t.carried + t.fell_back + t.kernel + t.migrated == 0)
         return; /* only processes that made or took TCP connections */
-    char exe[256] = "?";
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    exe[n > 0 ? n : 1] = '\0';
     struct line l = {.len = 0};
     put(&l, "{\"pid\": ");
     put_uint(&l, (unsigned long long)getpid());
@@ -136,19 +164,40 @@ static void write_record(const char *path, int sig)
     put(&l, "}\n");
     if (l.len == sizeof(l.buf))
         return; /* cannot be: the fields are bounded */
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    int kept = atomic_load(&log_fd);
+    bool own = kept < 0 || strcmp(path, kept_path()) != 0;
+    int fd = own ? open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600) : kept;
     if (fd < 0)
         return;
-    if (real.write(fd, l.buf, l.len) < 0) {
+    /* A write past RLIMIT_FSIZE kills with SIGXFSZ (OpenSSH's sandboxed
+     * child sets it to 0): no record rather than a death of ours. */
+    struct rlimit fsz;
+    struct stat st;
+    bool fits = getrlimit(RLIMIT_FSIZE, &fsz) != 0 || fsz.rlim_cur == RLIM_INFINITY ||
+                (fstat(fd, &st) == 0 && (rlim_t)st.st_size + l.len <= fsz.rlim_cur);
+    if (fits && real.write(fd, l.buf, l.len) < 0) {
         /* nothing to do at exit */
     }
-    real.close(fd);
+    if (own)
+        real.close(fd);
 }
 
 static bool claim(void)
 {
     int expect = NOT_YET;
     return atomic_compare_exchange_strong(&state, &expect, WRITING);
+}
+
+/* Before the process sandboxes itself (sandbox.c): sovia is inert from
+ * then on, so its counts are final, and at its end the process may no
+ * longer be allowed the calls a record takes. */
+void exitlog_now(void)
+{
+    if (claim()) {
+        const char *env = getenv(LOG_NAME);
+        write_record(env ? env : kept_path(), 0);
+        atomic_store(&state, WRITTEN);
+    }
 }
 
 /* ---- When ---------------------------------------------------------------- */
@@ -187,16 +236,26 @@ __attribute__((destructor)) static void write_exit_record(void)
 void exitlog_capture(void)
 {
     const char *env = getenv(LOG_NAME);
-    if (env)
+    bool changed = env && strcmp(env, kept_path()) != 0;
+    if (changed)
         keep_path(env);
+    if (changed && atomic_load(&log_fd) >= 0) /* a child told of another log */
+        open_kept();
     atomic_store(&state, NOT_YET); /* a child writes its own */
     if (*kept_path())
         preload_signals_arm();
 }
 
+static void open_at_init(void)
+{
+    if (atomic_load(&log_fd) < 0 && *kept_path())
+        open_kept();
+}
+
 __attribute__((constructor)) static void exitlog_start(void)
 {
     preload_ready();
+    sov_init_hook = open_at_init;
     exitlog_capture();
 }
 

@@ -115,6 +115,8 @@ void preload_signals_arm(void);
 /* exitlog.c: the exit record (SOVIA_STAT_LOG). */
 void exitlog_capture(void);     /* at start and in a fork child */
 void exitlog_signal(int sig);   /* async-signal-safe: before `sig` ends the process */
+void exitlog_now(void);         /* the record now: the process sandboxes itself */
+int exitlog_fd(void);           /* the log it keeps open, or -1 */
 /* The SOVIA_STAT_LOG path to put in a next image's environment, which
  * lacks the variable; NULL if envp has it, or no log is named. */
 const char *exitlog_for_exec(char *const envp[]);

@@ -31,10 +31,12 @@
 #define PR_SET_SECCOMP_ 22 /* <linux/prctl.h>, without its declarations of prctl */
 #define SECCOMP_SET_MODE_FILTER_ 1 /* <linux/seccomp.h>; 0 is strict mode */
 
-static void step_aside(void)
+static void step_aside(bool sandbox)
 {
     if (!atomic_load(&sov_g.inert))
         sov_tp_migrate_all(); /* sets inert: no new connection is carried */
+    if (sandbox)
+        exitlog_now(); /* final now; at its end it may not be allowed the calls */
 }
 
 static long (*_Atomic libc_syscall)(long, ...);
@@ -54,7 +56,7 @@ PRELOAD_EXPORT int prctl(int option, unsigned long a2, unsigned long a3, unsigne
                          unsigned long a5)
 {
     if (option == PR_SET_SECCOMP_)
-        step_aside();
+        step_aside(true);
     return (int)kernel(SYS_prctl, option, (long)a2, (long)a3, (long)a4, (long)a5, 0);
 }
 
@@ -69,7 +71,7 @@ PRELOAD_EXPORT long syscall(long nr, ...)
     bool filter = (nr == SYS_seccomp && (a[0] == 0 || a[0] == SECCOMP_SET_MODE_FILTER_)) ||
                   (nr == SYS_prctl && a[0] == PR_SET_SECCOMP_);
     if (filter || nr == SYS_io_uring_setup)
-        step_aside();
+        step_aside(filter);
     return kernel(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 }
 
@@ -114,6 +116,6 @@ bool preload_io_uring_check(void)
     uint64_t took = sov_now_ns() - now;
     atomic_store(&next_scan_ns, now + (SCAN_EVERY_NS > 100 * took ? SCAN_EVERY_NS : 100 * took));
     if (found)
-        step_aside();
+        step_aside(false);
     return found;
 }

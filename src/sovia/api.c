@@ -20,6 +20,7 @@ struct sov_global sov_g = {
 };
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+void (*sov_init_hook)(void);
 static int init_err;
 
 uint64_t sov_now_ns(void)
@@ -72,6 +73,8 @@ static void do_init(void)
         return;
     sov_g.pid = getpid();
     sov_spin_init();
+    if (sov_init_hook)
+        sov_init_hook();
     static bool handlers_installed; /* a forked child may initialize again */
     if (!handlers_installed) {
         atexit(sov_atexit);

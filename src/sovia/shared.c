@@ -234,6 +234,13 @@ static bool load(struct sov_sock *s, struct sov_conn *c, const struct sov_rec *r
     if (!record_sane(c, r))
         return false;
     const struct rec_state *st = &r->st;
+    if (st->mig == MIG_DONE) {
+        /* Another holder moved the stream to the kernel socket (migrate.c):
+         * nothing of the VI matters any more (it may have failed since, as
+         * the peer let it go); the socket falls back at its next settle. */
+        c->mig = MIG_DONE;
+        return true;
+    }
     VIP_DESCRIPTOR *d;
     while (VipSendDone(c->vi, &d) == VIP_SUCCESS)
         c->s_reaped++;

@@ -347,6 +347,9 @@ void sov_tally_forked(void); /* in the child: only what it inherited */
 
 /* api.c / table.c */
 int sov_init(void); /* once per process; 0 or -errno */
+/* The preload's, run at the end of a process's sov_init (exitlog.c opens
+ * the exit record's log then: before the program can sandbox itself). */
+extern void (*sov_init_hook)(void);
 void sov_before_fork(void);
 void sov_after_fork_parent(void);
 void sov_table_fork_lock(bool lock);

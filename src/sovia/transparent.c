@@ -529,9 +529,12 @@ void sov_tp_fall_back(struct sov_sock *s)
     s->conn = NULL; /* under the lock: see detach_conn */
     if (c)
         c->early_len = 0;
+    bool counted = c && !s->tp_waiting; /* paired (a migration): counted open */
     sov_sock_unlock(s);
     sov_wake_waiters(s);
     sov_conn_destroy(c); /* the server sees the VI go: it stays on TCP */
+    if (counted)
+        atomic_fetch_sub(&sov_g.open_conns, 1);
     sov_sock_free(s);
 }
 
