@@ -213,7 +213,10 @@ VIP_RETURN VipxViImportRecv(VIP_VI_HANDLE ViHandle, VIP_DESCRIPTOR *DescriptorPt
  * receive queue is dropped (no completion is reported for it), and
  * VipxViImportRecv, once per saved offset and in order, re-attaches its
  * descriptors. Only one holder may use the VI between a save and the next
- * load elsewhere; the caller serialises them.
+ * load elsewhere; the caller serialises them. Both work on a VI in ERROR
+ * too (what the peer completed before it went is still delivered, in
+ * order, then the rest flushes); receives posted after the failure are
+ * not saved.
  */
 VIP_RETURN VipxViSyncSave(VIP_VI_HANDLE ViHandle, VIPX_STATE *State, VIP_ULONG *PostedOffsets,
                           VIP_ULONG *NumPosted);

@@ -20,7 +20,13 @@
  *    connection's, not one process's: the child's were lost before);
  *  - killed_holder: the child holding the connection is killed (SIGKILL,
  *    left a zombie): the parent's record goes within 2 s, back to the
- *    private fast path (before, it stayed on the record for good).
+ *    private fast path (before, it stayed on the record for good);
+ *  - peer_left_stale: a forking server (rsync's daemon) writes its last
+ *    bytes and closes, which ends a shared connection without a FIN (the
+ *    peer sees every holder there gone); the client holder that reads them
+ *    next had not seen the other holder's last section, and loads the
+ *    record into a VI already failed: it reads the bytes, then the end
+ *    (before, "record is inconsistent" and ECONNRESET: rsync's exit 10).
  * Every case is byte-exact and must stay carried. PRELOAD_TEST_KERNEL=1
  * checks the same expectations on kernel TCP.
  */
@@ -384,6 +390,64 @@ static void killed_holder_client(struct p_role *r)
     end_stream(fd);
 }
 
+/* ---- The peer leaves while a holder's copy is stale ----------------------------- */
+
+#define LAST_SEED 99
+
+static void leaving_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    char buf[REQ];
+    p_read_all(fd, buf, sizeof buf);
+    p_write_all(fd, buf, sizeof buf);
+    pid_t pid = fork_holder(); /* a forking daemon: the connection is shared */
+    if (pid == 0)
+        _exit(0);
+    wait_ok(pid);
+    p_read_all(fd, buf, sizeof buf); /* the client's child's round */
+    p_write_all(fd, buf, sizeof buf);
+    CHECK_EQ(p_get_int(r), 1);
+    p_fill(buf, sizeof buf, LAST_SEED);
+    p_write_all(fd, buf, sizeof buf);
+    SYS(close(fd));
+    p_put_int(r, 1);
+}
+
+static void stale_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    exchange(fd, 0);
+    int done[2], go[2];
+    SYS(pipe(done));
+    SYS(pipe(go));
+    pid_t pid = fork_holder();
+    if (pid == 0) {
+        exchange(fd, 1); /* the parent's copy is stale from here on */
+        SYS(write(done[1], "d", 1));
+        char c;
+        CHECK_EQ(read(go[0], &c, 1), 1);
+        CHECK_EQ(SYS(read(fd, &c, 1)), 0); /* the parent took the last bytes */
+        exit(0);
+    }
+    char c;
+    if (read(done[0], &c, 1) != 1) {
+        wait_ok(pid);
+        FAILF("the child ended before its round");
+    }
+    p_put_int(r, 1);
+    CHECK_EQ(p_get_int(r), 1);
+    p_sleep_ms(100); /* our agent thread hears the server's end (microseconds) */
+    char got[REQ], want[REQ];
+    p_fill(want, sizeof want, LAST_SEED);
+    p_read_all(fd, got, sizeof got);
+    if (memcmp(got, want, sizeof got) != 0)
+        FAILF("the server's last bytes differ");
+    SYS(write(go[1], "g", 1)); /* the child reads next: the end, not these again */
+    wait_ok(pid);
+    CHECK_EQ(SYS(read(fd, &c, 1)), 0);
+    SYS(close(fd));
+}
+
 int main(void)
 {
     p_init("shared");
@@ -395,12 +459,14 @@ int main(void)
         p_case_skip("concurrent_writers", "ASan: forked children start threads");
         p_case_skip("early_writers", "ASan: forked children start threads");
         p_case_skip("killed_holder", "ASan: forked children start threads");
+        p_case_skip("peer_left_stale", "ASan: forked children start threads");
     } else {
         p_case("split_directions", echo_server, split_client, P_CARRIED);
         p_case("concurrent_readers", record_server, readers_client, P_CARRIED);
         p_case("concurrent_writers", records_check_server, writers_client, P_CARRIED);
         p_case("early_writers", early_server, early_client, P_CARRIED);
         p_case("killed_holder", echo_server, killed_holder_client, P_CARRIED);
+        p_case("peer_left_stale", leaving_server, stale_client, P_CARRIED);
     }
     return p_done();
 }
