@@ -10,6 +10,7 @@
 #ifndef VIPL_EXT_H
 #define VIPL_EXT_H
 
+#include <pthread.h>
 #include <vipl.h>
 
 #ifdef __cplusplus
@@ -180,6 +181,18 @@ int VipxFdClose(int Fd);
 VIP_BOOLEAN VipxFdIsOwn(int Fd);
 VIP_BOOLEAN VipxFdAppCloseBegin(int Fd);
 void VipxFdAppCloseEnd(void);
+
+/*
+ * A library thread (the provider's agent, notify threads, the sockets
+ * layer's service, listener and handler threads): pthread_create with
+ * every signal blocked in the new thread, so the program's signals never
+ * land there. Library threads never keep the process alive: once the
+ * program's last thread has gone without exit() (killed by a seccomp
+ * filter, pthread_exit, SYS_exit), the process ends as it would have
+ * without them (src/vipl/watch.c). Returns 0 or an errno value.
+ */
+int VipxThreadCreate(pthread_t *Thread, const pthread_attr_t *Attr, void *(*Start)(void *),
+                     void *Arg);
 
 #define VIPX_CQ_INHERITABLE 1u /* VipxCreateCQ: the CQ can be exported */
 VIP_RETURN VipxCreateCQ(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCount, VIP_ULONG Flags,

@@ -485,7 +485,7 @@ int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len)
         pthread_attr_t at;
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        int rc = pthread_create(&t, &at, connect_thread, j);
+        int rc = VipxThreadCreate(&t, &at, connect_thread, j);
         pthread_attr_destroy(&at);
         if (rc != 0) {
             free(j);
@@ -774,7 +774,7 @@ int sov_listen_start(struct sov_sock *s, int backlog, bool transparent, uint32_t
         listener_free(l);
         return r == VIP_ERROR_RESOURCE ? -EADDRINUSE : -EADDRNOTAVAIL;
     }
-    if (pthread_create(&l->thread, NULL, connection_thread, l) != 0) {
+    if (VipxThreadCreate(&l->thread, NULL, connection_thread, l) != 0) {
         VipxUnlisten(sov_g.nic, l->addr);
         listener_free(l);
         return -EAGAIN;
