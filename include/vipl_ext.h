@@ -193,6 +193,16 @@ void VipxFdAppCloseEnd(void);
  */
 int VipxThreadCreate(pthread_t *Thread, const pthread_attr_t *Attr, void *(*Start)(void *),
                      void *Arg);
+/* Has thread Tid of this process ended (its lock holder died inside)? */
+VIP_BOOLEAN VipxThreadGone(int Tid);
+/*
+ * The contended path of a spinlock whose word (an _Atomic int32_t) holds
+ * its owner's thread id, 0 when free, as the library's own locks are (the
+ * sockets layer's too): spins, yields, and takes the lock over from an
+ * owner that died inside its section. VIP_FALSE: it was taken over, and
+ * what it protects was left where the owner died.
+ */
+VIP_BOOLEAN VipxLockSlow(void *LockWord, int Self);
 
 #define VIPX_CQ_INHERITABLE 1u /* VipxCreateCQ: the CQ can be exported */
 VIP_RETURN VipxCreateCQ(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCount, VIP_ULONG Flags,

@@ -28,18 +28,27 @@
  * when it starts, so a later chroot and RLIMIT_NOFILE of 1 (OpenSSH's
  * pre-authentication child, which forks with the connection and then
  * sandboxes itself) do not blind it.
+ *
+ * The spinlocks of the provider and the sockets layer hold their owner's
+ * thread id: a waiter that has spun a while asks vipl_thread_gone whether
+ * the owner still lives, and takes the lock over from a dead one (the
+ * leader's death is the watcher's word: a zombie leader answers signals).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core.h"
 
+__thread pid_t vipl_tid_cache;
+static _Atomic bool leader_dead;
 static pthread_mutex_t leader_alive; /* robust: held by the leader */
 static pid_t leader_pid;             /* the process whose leader holds it */
 static _Atomic int library_threads;
@@ -53,7 +62,8 @@ static int stat_fd = -1;  /* its /proc/self/stat */
 static void hold_leader(void)
 {
     leader_pid = 0;
-    if (gettid() != getpid())
+    vipl_tid_cache = gettid();
+    if (vipl_tid_cache != getpid())
         return; /* dlopen'ed by another thread */
     pthread_mutexattr_t a;
     pthread_mutexattr_init(&a);
@@ -68,6 +78,10 @@ static void hold_leader(void)
  * library threads stayed there. */
 static void forked_child(void)
 {
+    /* The parent thread's before: taken now, before the program can
+     * install a seccomp filter that forbids gettid (OpenSSH's child). */
+    vipl_tid_cache = gettid();
+    atomic_store(&leader_dead, false);
     atomic_store(&library_threads, 0);
     pthread_mutex_init(&start_lock, NULL);
     watched_pid = 0;
@@ -130,6 +144,7 @@ static void *watcher(void *arg)
     (void)arg;
     if (pthread_mutex_lock(&leader_alive) != EOWNERDEAD)
         return NULL;
+    atomic_store(&leader_dead, true);
     for (;;) {
         int exit_code;
         long threads;
@@ -207,4 +222,50 @@ VIPL_EXPORT int VipxThreadCreate(pthread_t *Thread, const pthread_attr_t *Attr,
         return EINVAL;
     start_watcher();
     return start_thread(Thread, Attr, Start, Arg);
+}
+
+bool vipl_thread_gone(int32_t tid)
+{
+    pid_t me = getpid();
+    if (tid <= 0)
+        return false;
+    if (tid == me) /* a zombie leader still answers signals */
+        return atomic_load(&leader_dead);
+    int err = errno;
+    bool gone = syscall(SYS_tgkill, me, tid, 0) != 0 && errno == ESRCH;
+    errno = err;
+    return gone;
+}
+
+VIPL_EXPORT VIP_BOOLEAN VipxThreadGone(int Tid)
+{
+    return vipl_thread_gone(Tid) ? VIP_TRUE : VIP_FALSE;
+}
+
+/* A section that never ends belongs to a thread that died inside it, at a
+ * system call (where a seccomp filter kills): after spinning and yielding
+ * a while, the waiter asks, and takes the lock over from a dead owner. */
+bool vipl_lock_slow(_Atomic int32_t *owner, int32_t me)
+{
+    for (unsigned spins = 1;; spins++) {
+        int32_t held = atomic_load_explicit(owner, memory_order_relaxed);
+        if (!held) {
+            if (atomic_compare_exchange_weak_explicit(owner, &held, me, memory_order_acquire,
+                                                      memory_order_relaxed))
+                return true;
+        } else if (spins <= 100) {
+            __builtin_ia32_pause();
+        } else if ((spins & 63) == 0 && vipl_thread_gone(held) &&
+                   atomic_compare_exchange_strong_explicit(owner, &held, me, memory_order_acquire,
+                                                           memory_order_relaxed)) {
+            return false;
+        } else {
+            sched_yield();
+        }
+    }
+}
+
+VIPL_EXPORT VIP_BOOLEAN VipxLockSlow(void *LockWord, int Self)
+{
+    return LockWord && vipl_lock_slow(LockWord, Self) ? VIP_TRUE : VIP_FALSE;
 }

@@ -12,6 +12,10 @@
  *    within 1 s, never a hang; the server sees the end within 1 s of the
  *    parent's close. Before, sovia's agent thread kept the child a zombie
  *    for ever, spinning on the lock the killed thread held.
+ *  - sandboxed_thread: the same filter on one thread of a client, which
+ *    the filter kills inside sovia while it holds the socket's lock; the
+ *    client's main thread then reads: the echo or ECONNRESET within 1 s
+ *    (before, it spun on the dead thread's lock for ever).
  *  - leader_exits: a forked holder's only thread of the program ends with
  *    syscall(SYS_exit, 3), another with pthread_exit(): each process ends
  *    (status 3, then 0) within 1 s, and the connection goes on.
@@ -191,6 +195,35 @@ static void sandboxed_client(struct p_role *r)
     p_put_int(r, 2);
 }
 
+/* ---- A sandboxed thread killed inside sovia -------------------------------------- */
+
+static int sandboxed_fd;
+
+static void *sandboxed_writer(void *arg)
+{
+    (void)arg;
+    sandbox_sendto();
+    p_sleep_ms(50);
+    char req[REQ];
+    p_fill(req, sizeof req, 1);
+    p_write_all(sandboxed_fd, req, sizeof req); /* under sovia: dies waking the server */
+    send(-1, req, 1, 0);
+    FAILF("the sandboxed thread lives on");
+}
+
+static void sandboxed_thread_client(struct p_role *r)
+{
+    int fd = sandboxed_fd = p_connect(r->port);
+    exchange(fd, 0);
+    p_put_int(r, 1);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, sandboxed_writer, NULL) == 0);
+    CHECK(pthread_join(t, NULL) == 0); /* the kernel clears a killed thread's id too */
+    read_after_death(fd, "the main thread");
+    SYS(close(fd));
+    p_put_int(r, 2);
+}
+
 /* ---- A holder's program thread ends without exit() --------------------------- */
 
 static void leader_client(struct p_role *r)
@@ -221,5 +254,6 @@ int main(void)
     p_init("sandbox");
     p_case_forking("sandboxed_child", sandboxed_server, sandboxed_client, P_CARRIED);
     p_case_forking("leader_exits", echo_server, leader_client, P_CARRIED);
+    p_case("sandboxed_thread", sandboxed_server, sandboxed_thread_client, P_CARRIED);
     return p_done();
 }
