@@ -484,6 +484,15 @@ bool p_asan(void)
 #endif
 }
 
+bool p_tsan(void)
+{
+#ifdef __SANITIZE_THREAD__
+    return true;
+#else
+    return false;
+#endif
+}
+
 void p_case_forking(const char *name, p_role_fn server, p_role_fn client, int expect)
 {
     if (p_asan())

@@ -145,6 +145,8 @@ const char *p_exec_role(int argc, char **argv, struct p_role *r, const char **ex
 /* Built with AddressSanitizer? Its allocator is not fork-safe with
  * threads (GCC 12): cases whose forked children start threads skip. */
 bool p_asan(void);
+/* Built with ThreadSanitizer? */
+bool p_tsan(void);
 /* Is the preload loaded in this process? */
 bool p_preloaded(void);
 
