@@ -10,6 +10,7 @@
 #ifndef VIPL_EXT_H
 #define VIPL_EXT_H
 
+#include <pthread.h>
 #include <sys/types.h>
 
 #include <vipl.h>
@@ -228,6 +229,28 @@ VIP_BOOLEAN VipxFdIsOwn(int Fd);
 VIP_BOOLEAN VipxFdAppCloseBegin(int Fd);
 void VipxFdAppCloseEnd(void);
 
+/*
+ * A library thread (the provider's agent, notify threads, the sockets
+ * layer's service, listener and handler threads): pthread_create with
+ * every signal blocked in the new thread, so the program's signals never
+ * land there. Library threads never keep the process alive: once the
+ * program's last thread has gone without exit() (killed by a seccomp
+ * filter, pthread_exit, SYS_exit), the process ends as it would have
+ * without them (src/vipl/watch.c). Returns 0 or an errno value.
+ */
+int VipxThreadCreate(pthread_t *Thread, const pthread_attr_t *Attr, void *(*Start)(void *),
+                     void *Arg);
+/* Has thread Tid of this process ended (its lock holder died inside)? */
+VIP_BOOLEAN VipxThreadGone(int Tid);
+/*
+ * The contended path of a spinlock whose word (an _Atomic int32_t) holds
+ * its owner's thread id, 0 when free, as the library's own locks are (the
+ * sockets layer's too): spins, yields, and takes the lock over from an
+ * owner that died inside its section. VIP_FALSE: it was taken over, and
+ * what it protects was left where the owner died.
+ */
+VIP_BOOLEAN VipxLockSlow(void *LockWord, int Self);
+
 #define VIPX_CQ_INHERITABLE 1u /* VipxCreateCQ: the CQ can be exported */
 VIP_RETURN VipxCreateCQ(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCount, VIP_ULONG Flags,
                         VIP_CQ_HANDLE *CQHandle);
@@ -260,7 +283,10 @@ VIP_RETURN VipxViImportRecv(VIP_VI_HANDLE ViHandle, VIP_DESCRIPTOR *DescriptorPt
  * receive queue is dropped (no completion is reported for it), and
  * VipxViImportRecv, once per saved offset and in order, re-attaches its
  * descriptors. Only one holder may use the VI between a save and the next
- * load elsewhere; the caller serialises them.
+ * load elsewhere; the caller serialises them. Both work on a VI in ERROR
+ * too (what the peer completed before it went is still delivered, in
+ * order, then the rest flushes); receives posted after the failure are
+ * not saved.
  */
 VIP_RETURN VipxViSyncSave(VIP_VI_HANDLE ViHandle, VIPX_STATE *State, VIP_ULONG *PostedOffsets,
                           VIP_ULONG *NumPosted);

@@ -29,7 +29,11 @@
 
 struct shadow {
     int fd;
+    uint16_t port; /* network order */
     bool inherited; /* from before a fork (or none): the queue is another's */
+    /* The port's shadow listener: one per port and process, shared by the
+     * sockets listening on it (IPv4 and IPv6 with IPV6_ONLY, two
+     * addresses), since all their clients' VIs come to one name. */
     struct sov_sock *l;
     /* This process's listener for the clients the port's shadow listener,
      * another process's, redirects to it (accepted_elsewhere); NULL until
@@ -51,6 +55,16 @@ static struct shadow *shadow_find(int fd)
     return NULL;
 }
 
+/* This process's shadow listener of `port`, if any (caller holds
+ * shadows_lock). */
+static struct sov_sock *port_listener(uint16_t port)
+{
+    for (struct shadow *h = shadows; h; h = h->next)
+        if (!h->inherited && h->l && h->port == port)
+            return h->l;
+    return NULL;
+}
+
 void listener_drop(int fd)
 {
     if (!atomic_load_explicit(&nshadows, memory_order_relaxed))
@@ -59,12 +73,15 @@ void listener_drop(int fd)
     struct shadow **pp = &shadows, *h = NULL;
     while (*pp && (*pp)->fd != fd)
         pp = &(*pp)->next;
+    bool shared = false;
     if ((h = *pp) != NULL) {
         *pp = h->next;
         atomic_fetch_sub(&nshadows, 1);
+        for (struct shadow *o = shadows; o && !shared; o = o->next)
+            shared = !o->inherited && o->l == h->l; /* another socket of the port */
     }
     pthread_mutex_unlock(&shadows_lock);
-    if (h && !h->inherited) /* an inherited one's thread lives in the parent */
+    if (h && !h->inherited && !shared) /* an inherited one's thread lives in the parent */
         sov_tp_unlisten(h->l);
     if (h && h->ticketed)
         sov_tp_unlisten(h->ticketed);
@@ -224,7 +241,12 @@ PRELOAD_EXPORT int listen(int fd, int backlog)
     if (!h)
         return rc;
     h->fd = fd;
-    h->l = sov_tp_listen(fd, domain, (struct sockaddr *)&local, backlog, 0);
+    h->port = sov_addr_port((struct sockaddr *)&local);
+    pthread_mutex_lock(&shadows_lock);
+    h->l = port_listener(h->port); /* rsync's daemon listens on 0.0.0.0 and :: */
+    pthread_mutex_unlock(&shadows_lock);
+    if (!h->l)
+        h->l = sov_tp_listen(fd, domain, (struct sockaddr *)&local, backlog, 0);
     if (!h->l) { /* the port has a sovia listener elsewhere: kernel only */
         free(h);
         return rc;
@@ -345,6 +367,7 @@ static void accepted_elsewhere(int fd, int nfd, const struct sockaddr *peer, boo
         h = NULL; /* a thread of ours was first */
     if (h) { /* an inherited copy is the parent's memory: left alone */
         h->l = l;
+        h->port = sov_addr_port((struct sockaddr *)&local);
         h->inherited = false;
     }
     pthread_mutex_unlock(&shadows_lock);

@@ -423,7 +423,8 @@ static void fork_lock_sockets(void)
         struct sov_sock *s = sov_lookup(fd);
         if (!s || s->forking) /* a dup'ed socket is in the table twice */
             continue;
-        sov_lock(&s->lock);
+        if (!sov_lock(&s->lock))
+            sov_sock_salvage(s);
         s->forking = true; /* only the forking thread reads or writes it */
         s->next_forking = fork_locked;
         fork_locked = s;
@@ -505,6 +506,7 @@ void sov_after_fork_parent(void)
  * the parent's business. */
 void sov_after_fork_child(void)
 {
+    sov_tid_cache = gettid(); /* now, before the program may sandbox itself */
     pthread_mutex_unlock(&sov_g.lock);
     sov_table_fork_lock(false);
     fork_unlock_sockets();

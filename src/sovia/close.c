@@ -230,11 +230,8 @@ static void ensure_service(void)
 {
     if (sov_g.service_running)
         return;
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    sov_g.service_running = pthread_create(&sov_g.service_thread, NULL, service_thread, NULL) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    sov_g.service_running =
+        VipxThreadCreate(&sov_g.service_thread, NULL, service_thread, NULL) == 0;
 }
 
 void sov_timer_add(struct sov_sock *s)

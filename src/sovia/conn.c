@@ -513,11 +513,7 @@ int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len)
         pthread_attr_t at;
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        sigset_t all, old; /* as the connection thread's */
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        int rc = pthread_create(&t, &at, connect_thread, j);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        int rc = VipxThreadCreate(&t, &at, connect_thread, j);
         pthread_attr_destroy(&at);
         if (rc != 0) {
             free(j);
@@ -842,15 +838,7 @@ int sov_listen_start(struct sov_sock *s, int backlog, bool transparent, uint32_t
         listener_free(l);
         return r == VIP_ERROR_RESOURCE ? -EADDRINUSE : -EADDRNOTAVAIL;
     }
-    /* The program's signals must not land on this thread: a server that
-     * waits for them in sigsuspend() (nginx's master, for SIGCHLD and
-     * SIGQUIT) would not see them there. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&l->thread, NULL, connection_thread, l);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
+    if (VipxThreadCreate(&l->thread, NULL, connection_thread, l) != 0) {
         VipxUnlisten(sov_g.nic, l->addr);
         listener_free(l);
         return -EAGAIN;

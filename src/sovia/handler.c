@@ -73,11 +73,7 @@ int sov_handling_start(void)
     pthread_mutex_lock(&sov_g.lock);
     int err = 0;
     if (sov_g.cfg.handling == SOV_HANDLER && !sov_g.handler_running) {
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        err = pthread_create(&sov_g.handler_thread, NULL, handler_thread, NULL) ? -EAGAIN : 0;
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        err = VipxThreadCreate(&sov_g.handler_thread, NULL, handler_thread, NULL) ? -EAGAIN : 0;
         sov_g.handler_running = err == 0;
     }
     pthread_mutex_unlock(&sov_g.lock);

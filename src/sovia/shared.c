@@ -10,8 +10,9 @@
  * section of the socket's lock is then also a section of the record's:
  * entering loads the record over our copy if another holder changed it
  * since we last saw it; leaving saves ours and bumps the version if it
- * changed. The record's lock holds a pid, so a holder that died inside a
- * section is noticed; its half-done changes cannot be trusted, and the
+ * changed. The record's lock holds a pid and thread id, so a holder that
+ * died inside a section (the process, or only that thread: a seccomp
+ * filter) is noticed; its half-done changes cannot be trusted, and the
  * connection is reset for everyone.
  *
  * Once every other holder has let go, the last one drops the record and
@@ -34,6 +35,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -67,10 +69,11 @@ _Static_assert(sizeof(struct rec_state) == 80 + sizeof(VIPX_STATE), "no padding"
 struct sov_rec {
     uint32_t magic;
     uint32_t nrecv; /* the connection's geometry, fixed */
-    _Atomic int32_t owner;    /* 0, or the pid inside a section */
+    /* 0, or who is inside a section: pid (high half) and thread id. */
+    _Atomic uint64_t owner;
     _Atomic uint32_t holders; /* processes holding the connection */
     _Atomic uint32_t version; /* bumped by every section that changed it */
-    uint32_t reserved[3];
+    uint32_t reserved[2];
     _Atomic int32_t pids[REC_PIDS]; /* the holders' (0: a free slot) */
     struct rec_state st;
     /* 2 words per unread buffer (index, length), then the arena offset of
@@ -121,12 +124,29 @@ static bool pid_gone(int32_t pid)
     return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
 }
 
+/* The thread inside a section is gone: its process, or only it (killed by
+ * a seccomp filter). Another thread of ours can only be inside while we
+ * hold the socket's lock if it died there. */
+static bool holder_gone(uint64_t held)
+{
+    int32_t pid = (int32_t)(held >> 32), tid = (int32_t)(uint32_t)held;
+    if (pid == (int32_t)sov_g.pid)
+        return VipxThreadGone(tid);
+    if (pid_gone(pid)) /* the leader's end too: a zombie */
+        return true;
+    int err = errno;
+    bool gone = tid != pid && syscall(SYS_tgkill, pid, tid, 0) != 0 && errno == ESRCH;
+    errno = err;
+    return gone;
+}
+
 /* False: the holder died inside its section (we hold the lock now). */
 static bool rec_lock(struct sov_rec *r)
 {
-    int32_t me = (int32_t)sov_g.pid; /* kept by the fork handler: no system call per section */
+    /* The pid kept by the fork handler: no system call per section. */
+    uint64_t me = (uint64_t)(uint32_t)sov_g.pid << 32 | (uint32_t)sov_tid();
     for (unsigned spins = 0;; spins++) {
-        int32_t held = 0;
+        uint64_t held = 0;
         if (atomic_compare_exchange_weak_explicit(&r->owner, &held, me, memory_order_acquire,
                                                   memory_order_relaxed))
             return true;
@@ -137,7 +157,7 @@ static bool rec_lock(struct sov_rec *r)
             sched_yield();
             continue;
         }
-        if ((spins & 255) == 0 && (held == me || pid_gone(held)) &&
+        if ((spins & 255) == 0 && (held == me || holder_gone(held)) &&
             atomic_compare_exchange_strong(&r->owner, &held, me))
             return held == me; /* a section of ours that never ended: ours again */
         struct timespec ts = {0, 50000};

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <sovia.h>
 #include <vipl.h>
@@ -69,12 +70,22 @@ enum { PMIG_NONE, PMIG_ASKED, PMIG_ENDED };
 /* ---- A spinlock for the data path ---------------------------------------- */
 
 /* Socket critical sections are short and never sleep; an uncontended
- * pthread mutex would double the layer's cost per message. */
+ * pthread mutex would double the layer's cost per message. The lock holds
+ * its owner's thread id, so a waiter notices an owner killed inside its
+ * section (a seccomp filter) and takes the lock over (VipxLockSlow). */
 typedef struct {
-    atomic_bool held;
+    _Atomic int32_t owner; /* 0: free */
 } sov_lock_t;
 
-void sov_lock_slow(sov_lock_t *l);
+/* This thread's id, cached (the forked child's refreshed by the fork
+ * handler). */
+extern __thread pid_t sov_tid_cache __attribute__((tls_model("initial-exec")));
+static inline int32_t sov_tid(void)
+{
+    if (__builtin_expect(!sov_tid_cache, 0))
+        sov_tid_cache = gettid();
+    return sov_tid_cache;
+}
 
 /* The socket locks this thread holds. `sovia run`'s signal trampoline
  * defers a program's handler that would run while one is held (a handler
@@ -86,11 +97,14 @@ extern __thread volatile unsigned sov_locks_held __attribute__((tls_model("initi
 extern __thread _Atomic uint64_t sov_signals_deferred __attribute__((tls_model("initial-exec")));
 void sov_raise_deferred(void);
 
-static inline void sov_lock(sov_lock_t *l)
+/* False: what the lock protects was left half done by a dead thread. */
+static inline bool sov_lock(sov_lock_t *l)
 {
     sov_locks_held++;
-    if (atomic_exchange_explicit(&l->held, true, memory_order_acquire))
-        sov_lock_slow(l);
+    int32_t me = sov_tid(), free_ = 0;
+    return atomic_compare_exchange_strong_explicit(&l->owner, &free_, me, memory_order_acquire,
+                                                   memory_order_relaxed) ||
+           VipxLockSlow(&l->owner, me); /* false: taken over from a dead owner */
 }
 
 /* Counted as held only while held: a deferred signal is raised if it fails. */
@@ -103,7 +117,7 @@ static inline void sov_locks_release(void)
 
 static inline void sov_unlock(sov_lock_t *l)
 {
-    atomic_store_explicit(&l->held, false, memory_order_release);
+    atomic_store_explicit(&l->owner, 0, memory_order_release);
     sov_locks_release();
 }
 
@@ -111,7 +125,9 @@ static inline void sov_unlock(sov_lock_t *l)
 static inline bool sov_trylock(sov_lock_t *l)
 {
     sov_locks_held++;
-    if (!atomic_exchange_explicit(&l->held, true, memory_order_acquire))
+    int32_t free_ = 0;
+    if (atomic_compare_exchange_strong_explicit(&l->owner, &free_, sov_tid(), memory_order_acquire,
+                                                memory_order_relaxed))
         return true;
     sov_locks_release();
     return false;
@@ -273,11 +289,17 @@ struct sov_sock {
 void sov_shared_enter(struct sov_sock *s);
 void sov_shared_leave(struct sov_sock *s);
 
+/* The lock was taken over from a thread that died inside a section: its
+ * connection cannot be trusted (the others get ECONNRESET). */
+void sov_sock_salvage(struct sov_sock *s);
+
 static inline void sov_sock_lock(struct sov_sock *s)
 {
-    sov_lock(&s->lock);
+    bool intact = sov_lock(&s->lock);
     if (__builtin_expect(s->conn && s->conn->rec, 0))
         sov_shared_enter(s);
+    if (__builtin_expect(!intact, 0))
+        sov_sock_salvage(s);
 }
 
 static inline void sov_sock_unlock(struct sov_sock *s)

@@ -367,12 +367,8 @@ static void start_locked(void)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 128 * 1024);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_t t;
-    int err = pthread_create(&t, &attr, serve, (void *)(intptr_t)fd);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int err = VipxThreadCreate(&t, &attr, serve, (void *)(intptr_t)fd);
     pthread_attr_destroy(&attr);
     if (err) {
         VipxFdClose(fd);

@@ -25,6 +25,7 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sov_sock *pool; /* recycled sockets, linked through next_closing */
 
 __thread volatile unsigned sov_locks_held;
+__thread pid_t sov_tid_cache;
 __thread _Atomic uint64_t sov_signals_deferred;
 
 void sov_raise_deferred(void)
@@ -35,17 +36,10 @@ void sov_raise_deferred(void)
             pthread_kill(pthread_self(), sig);
 }
 
-void sov_lock_slow(sov_lock_t *l)
+void sov_sock_salvage(struct sov_sock *s)
 {
-    unsigned spins = 0;
-    while (atomic_exchange_explicit(&l->held, true, memory_order_acquire)) {
-        while (atomic_load_explicit(&l->held, memory_order_relaxed)) {
-            if (++spins > 100)
-                sched_yield();
-            else
-                __builtin_ia32_pause();
-        }
-    }
+    if (s->conn && !s->conn->reset)
+        sov_conn_abort(s->conn);
 }
 
 struct sov_sock *sov_lookup(int fd)

@@ -172,7 +172,9 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
     struct sov_conn *c = sov_accept_match(l, fd, peer, redirected ? REDIRECT_PATIENCE_NS : 0);
     if (!c)
         return -ENOENT;
-    struct sov_sock *s = sov_sock_adopt(fd, l->domain, nonblock);
+    /* The accepted socket's family (a listener may serve IPv4 and IPv6
+     * sockets of its port alike). */
+    struct sov_sock *s = sov_sock_adopt(fd, peer->sa_family, nonblock);
     if (!s) {
         sov_conn_destroy(c);
         return -ENOMEM;

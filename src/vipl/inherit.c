@@ -13,7 +13,10 @@ static VIP_RETURN save_vi(VIP_VI_HANDLE ViHandle, VIPX_STATE *State, VIP_ULONG *
     struct vipl_vi *vi = vi_of(ViHandle);
     if (!vi || !State || !NumPosted || (*NumPosted && !PostedOffsets))
         return VIP_INVALID_PARAMETER;
-    if (vipl_vi_state(vi) != VIP_STATE_CONNECTED)
+    /* A shared VI that failed still hands over what the peer wrote before
+     * it went (its last bytes, its end): the holders must agree on it. */
+    VIP_VI_STATE st = vipl_vi_state(vi);
+    if (st != VIP_STATE_CONNECTED && !(sync && st == VIP_STATE_ERROR))
         return VIP_INVALID_STATE;
     const struct vipl_provider *p = vi->nic->prov;
     VIP_RETURN (*op)(struct vipl_vi *, VIPX_STATE *, VIP_ULONG *, VIP_ULONG *) =
@@ -66,7 +69,8 @@ VIPL_EXPORT VIP_RETURN VipxViSyncLoad(VIP_VI_HANDLE ViHandle, const VIPX_STATE *
     struct vipl_vi *vi = vi_of(ViHandle);
     if (!vi || !State || State->NumFds || State->Length > VIPX_STATE_BYTES)
         return VIP_INVALID_PARAMETER;
-    if (vipl_vi_state(vi) != VIP_STATE_CONNECTED)
+    VIP_VI_STATE st = vipl_vi_state(vi);
+    if (st != VIP_STATE_CONNECTED && st != VIP_STATE_ERROR)
         return VIP_INVALID_STATE;
     if (!vi->nic->prov->vi_sync_load)
         return VIP_ERROR_NOT_SUPPORTED;

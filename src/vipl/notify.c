@@ -114,13 +114,7 @@ static struct vipl_notify *notify_create(void *obj, enum vipl_queue q)
     n->q = q;
     pthread_mutex_init(&n->lock, NULL);
     pthread_cond_init(&n->cond, NULL);
-    /* The application's signals must not land on a library thread. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&n->thread, NULL, notify_thread, n);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
+    if (VipxThreadCreate(&n->thread, NULL, notify_thread, n) != 0) {
         pthread_mutex_destroy(&n->lock);
         pthread_cond_destroy(&n->cond);
         free(n);

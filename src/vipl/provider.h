@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <vipl.h>
 #include <vipl_ext.h>
@@ -278,6 +279,21 @@ static inline void vipl_complete_desc(VIP_DESCRIPTOR *d, uint32_t status, uint32
 const struct timespec *vipl_deadline(VIP_ULONG timeout_ms, struct timespec *buf);
 /* Milliseconds left until `deadline` (-1: infinite). */
 int vipl_ms_left(const struct timespec *deadline);
+
+/* watch.c: this thread's id (cached; a forked child's is refreshed), and
+ * whether the thread `tid` of this process has ended (a holder of a lock
+ * killed inside its section: a seccomp filter's SECCOMP_RET_KILL_THREAD). */
+extern __thread pid_t vipl_tid_cache __attribute__((tls_model("initial-exec")));
+static inline int32_t vipl_tid(void)
+{
+    if (__builtin_expect(!vipl_tid_cache, 0))
+        vipl_tid_cache = gettid();
+    return vipl_tid_cache;
+}
+bool vipl_thread_gone(int32_t tid);
+/* The contended path of a spinlock whose word holds its owner's thread id
+ * (0: free): false if it was taken over from a dead owner. */
+bool vipl_lock_slow(_Atomic int32_t *owner, int32_t me);
 
 /* fdguard.c: every descriptor a provider keeps is made by one of these (a
  * high, registered number; see VipxFdAdopt) and closed by VipxFdClose. They

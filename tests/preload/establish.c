@@ -2,7 +2,11 @@
  * establish.c - connection establishment under the preload: socket, bind,
  * listen, accept, accept4 flags, blocking and non-blocking connect, the
  * 4-tuple seen by both sides, ECONNREFUSED, several pending connections
- * paired by port, IPv6.
+ * paired by port, IPv6, and a server listening on one port over IPv4 and
+ * IPv6 (rsync's daemon: 0.0.0.0 and :: with IPV6_V6ONLY), whose clients
+ * are all carried whichever socket they reach (before, each socket had a
+ * shadow listener on the port's one name and a client's VI queued at
+ * either: half the connections fell back to kernel TCP).
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -593,6 +597,86 @@ static void v6_client(struct p_role *r)
     SYS(close(fd));
 }
 
+#define NDUAL 6 /* then one more, over IPv6, with the IPv4 socket closed */
+
+/* Listening on 127.0.0.1:port (given 0: the kernel picks) and [::1]:port,
+ * IPv6 only; false when this host has no IPv6 loopback. */
+static bool dual_listeners(int *port, int lfd[2])
+{
+    lfd[0] = (int)SYS(socket(AF_INET, SOCK_STREAM, 0));
+    struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    SYS(bind(lfd[0], (struct sockaddr *)&a4, sizeof a4));
+    socklen_t len = sizeof a4;
+    SYS(getsockname(lfd[0], (struct sockaddr *)&a4, &len));
+    *port = ntohs(a4.sin_port);
+    lfd[1] = (int)SYS(socket(AF_INET6, SOCK_STREAM, 0));
+    int one = 1;
+    SYS(setsockopt(lfd[1], IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one));
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT,
+                              .sin6_port = a4.sin_port};
+    if (bind(lfd[1], (struct sockaddr *)&a6, sizeof a6) != 0)
+        return false;
+    SYS(listen(lfd[0], 8));
+    SYS(listen(lfd[1], 8));
+    return true;
+}
+
+static void dual_server(struct p_role *r)
+{
+    int port = 0, lfd[2];
+    bool v6 = dual_listeners(&port, lfd);
+    p_put_int(r, v6 ? port : -1);
+    if (!v6) {
+        p_log("no IPv6 loopback here: case reduced to nothing");
+        return;
+    }
+    for (int n = 0; n <= NDUAL; n++) {
+        if (n == NDUAL) { /* the IPv6 socket keeps the port's listener */
+            SYS(close(lfd[0]));
+            lfd[0] = -1;
+            p_put_int(r, 1);
+        }
+        struct pollfd pf[2] = {{.fd = lfd[0], .events = POLLIN}, {.fd = lfd[1], .events = POLLIN}};
+        CHECK(SYS(poll(pf, 2, 10000)) > 0);
+        int fd = (int)SYS(accept(pf[0].revents ? lfd[0] : lfd[1], NULL, NULL));
+        char buf[8];
+        p_read_all(fd, buf, sizeof buf);
+        p_write_all(fd, buf, sizeof buf);
+        char c;
+        CHECK_EQ(SYS(read(fd, &c, 1)), 0);
+        SYS(close(fd));
+    }
+    SYS(close(lfd[1]));
+}
+
+static void dual_client(struct p_role *r)
+{
+    int port = (int)p_get_int(r);
+    if (port < 0)
+        return;
+    for (int n = 0; n <= NDUAL; n++) {
+        if (n == NDUAL)
+            CHECK_EQ(p_get_int(r), 1); /* the IPv4 socket is closed */
+        struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT,
+                                  .sin6_port = htons((uint16_t)port)};
+        bool v4 = n % 2 == 0 && n < NDUAL;
+        int fd = (int)SYS(socket(v4 ? AF_INET : AF_INET6, SOCK_STREAM, 0));
+        if (v4)
+            SYS(connect(fd, (struct sockaddr *)&a4, sizeof a4));
+        else
+            SYS(connect(fd, (struct sockaddr *)&a6, sizeof a6));
+        char out[8], in[8];
+        p_fill(out, sizeof out, (uint64_t)n);
+        p_write_all(fd, out, sizeof out);
+        p_read_all(fd, in, sizeof in);
+        CHECK(memcmp(in, out, sizeof in) == 0);
+        SYS(shutdown(fd, SHUT_WR));
+        SYS(close(fd));
+    }
+}
+
 int main(void)
 {
     p_init("establish");
@@ -615,5 +699,7 @@ int main(void)
     p_case("sequential", seq_server, seq_client, P_CARRIED);
     p_case("idle_client_after_connect", idle_client_server, idle_client_client, P_CARRIED);
     p_case("ipv6", v6_server, v6_client, P_CARRIED);
+    p_expect_carried(NDUAL + 1);
+    p_case("dual_stack", dual_server, dual_client, P_CARRIED);
     return p_done();
 }

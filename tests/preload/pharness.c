@@ -149,6 +149,16 @@ void p_threaded_fork_child(void)
 #endif
 }
 
+pid_t p_fork_holder(void)
+{
+    pid_t pid = (pid_t)SYS(fork());
+    if (pid == 0) {
+        p_child_safety();
+        p_threaded_fork_child();
+    }
+    return pid;
+}
+
 bool p_preloaded(void)
 {
     FILE *f = fopen("/proc/self/maps", "r");
@@ -500,6 +510,23 @@ bool p_asan(void)
 #endif
 }
 
+bool p_tsan(void)
+{
+#ifdef __SANITIZE_THREAD__
+    return true;
+#else
+    return false;
+#endif
+}
+
+void p_case_forking(const char *name, p_role_fn server, p_role_fn client, int expect)
+{
+    if (p_asan())
+        p_case_skip(name, "ASan: forked children start threads");
+    else
+        p_case(name, server, client, expect);
+}
+
 void p_case_skip(const char *name, const char *why)
 {
     if (!p_selected(name))
@@ -741,6 +768,19 @@ void p_echo_serve(int fd)
         p_write_all(fd, buf, (size_t)n);
     free(buf);
     SYS(close(fd));
+}
+
+void p_exchange(int fd, size_t len, uint64_t seed)
+{
+    char *out = calloc(1, len + 1), *in = malloc(len + 1);
+    CHECK(out && in);
+    p_fill(out, len, seed);
+    p_write_all(fd, out, len);
+    p_read_all(fd, in, len);
+    if (memcmp(in, out, len) != 0)
+        FAILF("the echo of request %llu differs", (unsigned long long)seed);
+    free(out);
+    free(in);
 }
 
 void p_echo_check(int fd, size_t bytes, uint64_t seed)

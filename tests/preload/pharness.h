@@ -110,6 +110,9 @@ void p_case_known_bug(const char *name, p_role_fn server, p_role_fn client,
                       int expect, const char *bug);
 /* Logs why a case does not run here, and counts it as skipped. */
 void p_case_skip(const char *name, const char *why);
+/* A case whose roles fork children that start threads (p_fork_holder):
+ * skipped under AddressSanitizer (see p_asan). */
+void p_case_forking(const char *name, p_role_fn server, p_role_fn client, int expect);
 /* For the next case only: P_CARRIED wants carried >= n (default 1). */
 void p_expect_carried(unsigned n);
 /* For the next case only: the server's record moved exactly these bytes. */
@@ -128,6 +131,10 @@ int p_done(void);
 pid_t p_fork(const char *role, void (*fn)(void *), void *arg);
 /* For a process a role forks itself: watchdog and parent-death signal. */
 void p_child_safety(void);
+/* fork() for a process that keeps the role's connections: the child (0
+ * returned) gets the watchdog and says it runs threads of its own (see
+ * P_THREADED_FORK_CHILDREN). */
+pid_t p_fork_holder(void);
 /* Reaps pid; true if it exited 0 (else logs how it ended). */
 bool p_reap(pid_t pid, const char *role);
 /* Replaces this process by this test's executable without LD_PRELOAD, with
@@ -148,6 +155,8 @@ const char *p_exec_role(int argc, char **argv, struct p_role *r, const char **ex
 /* Built with AddressSanitizer? Its allocator is not fork-safe with
  * threads (GCC 12): cases whose forked children start threads skip. */
 bool p_asan(void);
+/* Built with ThreadSanitizer? */
+bool p_tsan(void);
 /* Is the preload loaded in this process? */
 bool p_preloaded(void);
 
@@ -213,6 +222,8 @@ void p_barrier(struct p_role *r);
  * each chunk back (byte-exact), half-closes, expects end of stream, closes. */
 void p_echo_serve(int fd);
 void p_echo_check(int fd, size_t bytes, uint64_t seed);
+/* One request of `len` bytes of p_fill(seed) and its echo, byte-exact. */
+void p_exchange(int fd, size_t len, uint64_t seed);
 
 /* What this process holds: descriptors (of which memfds), memfd mappings,
  * threads. A leak check compares two of these. */

@@ -66,7 +66,7 @@ http {{
 """
 
 
-class Nginx(pt.ProgramCase):
+class Nginx(pt.ScenarioCase):
     def start_nginx(self, under, **conf_args):
         port = pt.free_port()
         os.makedirs(os.path.join(self.tmp, "www"))
@@ -118,17 +118,12 @@ class Nginx(pt.ProgramCase):
         self.assertEqual(server.stop(signal.SIGQUIT, timeout=15), 0,
                          "nginx did not stop on SIGQUIT" + self.context())
 
-    def records_of_workers(self, server, clients):
-        known = {server.pid, *(c.pid for c in clients)}
-        return [r for pid, r in self.records().items()
-                if pid not in known and r["exe"].endswith("nginx")]
-
     def run_scenario(self, scenario):
         s_under, c_under = pt.under(scenario)
         server, port = self.start_nginx(s_under)
         clients = [self.fetch(f"curl{k}", port, c_under) for k in range(2)]
         self.stop(server)
-        workers = self.records_of_workers(server, clients)
+        workers = self.served_records("nginx", server, *clients)
         for c in clients:
             with self.subTest(record=c.name, scenario=scenario):
                 if not c_under:
@@ -140,26 +135,7 @@ class Nginx(pt.ProgramCase):
                     self.assertGreaterEqual(r["bytes_received"], 2 * BLOB, r)
                 else:
                     self.check_kernel(c)
-        with self.subTest(record="nginx workers", scenario=scenario):
-            if not s_under:
-                self.assertEqual(workers, [], self.context())
-            elif scenario == pt.BOTH:
-                self.assertEqual(sum(r["carried"] for r in workers), len(clients),
-                                 f"workers' records: {workers}" + self.context())
-                self.assertGreaterEqual(sum(r["bytes_sent"] for r in workers), 4 * BLOB)
-            else:
-                self.assertEqual(sum(r["carried"] for r in workers), 0, f"{workers}")
-                self.assertGreaterEqual(sum(r["kernel"] for r in workers), len(clients),
-                                        f"workers' records: {workers}" + self.context())
-
-    def test_both_under_sovia(self):
-        self.run_scenario(pt.BOTH)
-
-    def test_client_only_under_sovia(self):
-        self.run_scenario(pt.CLIENT_ONLY)
-
-    def test_server_only_under_sovia(self):
-        self.run_scenario(pt.SERVER_ONLY)
+        self.check_served(scenario, "nginx workers", workers, len(clients), 4 * BLOB)
 
     def test_small_requests_timed(self):
         """The same server and client programs, with and without sovia."""

@@ -9,9 +9,12 @@
  *     connection carries one message, byte-exact;
  *   - after disconnecting and destroying them all (and unlistening), each
  *     process is back to its count from before the VIs; after VipCloseNic,
- *     back to its count from before VipOpenNic, plus two kept for the
- *     process's life, made with its first CQ (the thread's doorbell,
- *     src/vipl/waiters.c, and the socket that wakes holders, shm_wake.c);
+ *     back to its count from before VipOpenNic (a NIC opened and closed
+ *     first: the process's first library thread opens the watcher's one
+ *     /proc/self/stat descriptor for good, src/vipl/watch.c), plus two kept
+ *     for the process's life, made with its first CQ (the thread's
+ *     doorbell, src/vipl/waiters.c, and the socket that wakes holders,
+ *     shm_wake.c);
  *   - 100 connect/disconnect cycles of one VI on each side (the server's VI
  *     goes ERROR, VipDisconnect makes it IDLE again): the count after the
  *     last cycle equals the count after the first.
@@ -41,12 +44,19 @@ static int fd_count(void)
     return n - 1; /* the directory's own descriptor */
 }
 
+/* The count from before VipOpenNic, once the process has its watcher. */
+static int base_count(void)
+{
+    CHECK_OK(VipCloseNic(h_open_nic()));
+    return fd_count();
+}
+
 /* ---- peer: the server ---------------------------------------------------------------- */
 
 static void peer(int fd, void *arg)
 {
     (void)arg;
-    int base0 = fd_count();
+    int base0 = base_count();
     VIP_NIC_HANDLE nic = h_open_nic();
     VIP_PROTECTION_HANDLE t = h_ptag(nic);
     VIP_CQ_HANDLE rcq = NULL;
@@ -199,7 +209,7 @@ int main(void)
     for (int i = 0; i < NCONN; i++)
         h_disc(cli_disc[i], sizeof cli_disc[i]);
     h_peer p = h_fork(peer, NULL);
-    int base0 = fd_count();
+    int base0 = base_count();
     VIP_NIC_HANDLE nic = h_open_nic();
     VIP_PROTECTION_HANDLE t = h_ptag(nic);
     h_mem buf = h_mem_alloc(nic, t, 64, 0);

@@ -16,27 +16,24 @@
 #include "shm_layout.h"
 
 /* A short spinlock: critical sections are a few hundred nanoseconds and
- * never block, so a mutex's syscall path would only cost. */
+ * never block, so a mutex's syscall path would only cost. It holds its
+ * owner's thread id: a thread killed inside a section (a seccomp filter
+ * refusing the wake-up's system call) is noticed, and its lock taken over. */
 typedef struct {
-    atomic_bool held;
+    _Atomic int32_t owner; /* 0: free */
 } shm_lock_t;
 
 static inline void shm_lock(shm_lock_t *l)
 {
-    unsigned spins = 0;
-    while (atomic_exchange_explicit(&l->held, true, memory_order_acquire)) {
-        while (atomic_load_explicit(&l->held, memory_order_relaxed)) {
-            if (++spins > 200)
-                sched_yield();
-            else
-                __builtin_ia32_pause();
-        }
-    }
+    int32_t me = vipl_tid(), free_ = 0;
+    if (!atomic_compare_exchange_strong_explicit(&l->owner, &free_, me, memory_order_acquire,
+                                                 memory_order_relaxed))
+        vipl_lock_slow(&l->owner, me);
 }
 
 static inline void shm_unlock(shm_lock_t *l)
 {
-    atomic_store_explicit(&l->held, false, memory_order_release);
+    atomic_store_explicit(&l->owner, 0, memory_order_release);
 }
 
 /* A full (StoreLoad) barrier. A locked RMW on a thread-local word costs the

@@ -155,13 +155,7 @@ struct shm_agent *shm_agent_start(void)
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
     if (a->epfd < 0 || a->stopfd < 0 || epoll_ctl(a->epfd, EPOLL_CTL_ADD, a->stopfd, &ev) != 0)
         goto fail;
-    /* The application's signals must not land on a library thread. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&a->thread, NULL, agent_thread, a);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc == 0)
+    if (VipxThreadCreate(&a->thread, NULL, agent_thread, a) == 0)
         return a;
 fail:
     if (a->epfd >= 0)

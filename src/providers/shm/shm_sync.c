@@ -24,7 +24,9 @@ _Static_assert(sizeof(struct sync_state) <= VIPX_STATE_BYTES, "state fits VIPX_S
 /* Caller holds sq_lock and rq_lock. The arena offsets of the receives
  * posted, in order (*n: capacity in, count out) and the shared index of
  * the first. Fails unless every send is reaped and every receive is a
- * plain arena receive published in order (what can be re-attached). */
+ * plain arena receive published in order (what can be re-attached).
+ * Receives posted after the VI failed were never published and can only
+ * complete flushed: the list ends at the first of them. */
 VIP_RETURN shm_rq_posted(struct shm_vi *vi, VIP_ULONG *offsets, VIP_ULONG *n, uint32_t *first)
 {
     uint32_t head = vi->rq_head, tail = atomic_load(&vi->rq_tail);
@@ -35,6 +37,11 @@ VIP_RETURN shm_rq_posted(struct shm_vi *vi, VIP_ULONG *offsets, VIP_ULONG *n, ui
         return VIP_ERROR_RESOURCE;
     for (uint32_t i = head; i != tail; i++) {
         const struct shm_rq_entry *e = &vi->rq[i & vi->mask];
+        if (!e->published && e->local_status == VIP_STATUS_DESC_FLUSHED_ERROR &&
+            vipl_vi_state(&vi->core) == VIP_STATE_ERROR) {
+            tail = i;
+            break;
+        }
         uint32_t off;
         bool plain = e->published && !e->staged && !e->local_status && e->nsge &&
                      e->sidx == *first + (i - head);
@@ -43,6 +50,8 @@ VIP_RETURN shm_rq_posted(struct shm_vi *vi, VIP_ULONG *offsets, VIP_ULONG *n, ui
         offsets[i - head] = off - vi->arena_off;
     }
     *n = tail - head;
+    if (tail == head)
+        *first = vi->rq_published;
     return VIP_SUCCESS;
 }
 
