@@ -14,13 +14,25 @@
  * The wrappers: prctl(PR_SET_SECCOMP), and syscall(2) for seccomp(2),
  * prctl and io_uring_setup (libseccomp and liburing call the kernel
  * through it, or, built without libc, on their own: see docs/SOCKETS.md
- * for what cannot be seen).
+ * for what cannot be seen). A process started under a filter (inherited)
+ * runs without sovia unless a probe finds every call sovia makes allowed.
  */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <linux/netlink.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -30,6 +42,7 @@
 
 #define PR_SET_SECCOMP_ 22 /* <linux/prctl.h>, without its declarations of prctl */
 #define SECCOMP_SET_MODE_FILTER_ 1 /* <linux/seccomp.h>; 0 is strict mode */
+#define FUTEX_WAKE_PRIVATE_ 129   /* <linux/futex.h> */
 
 static void step_aside(bool sandbox)
 {
@@ -118,4 +131,98 @@ bool preload_io_uring_check(void)
     if (found)
         step_aside(false);
     return found;
+}
+
+/* ---- A process started under a seccomp filter ------------------------------------------ */
+
+/* What sovia's own calls need, tried once in a child: a filter that
+ * forbids one of them (with an error, or by killing the thread) leaves
+ * this process without sovia, carrying nothing, rather than killed by
+ * sovia's next call (systemd's SystemCallFilter=, a container runtime's
+ * profile). Every call is made on objects of the child's own. */
+static void *probe_thread(void *arg)
+{
+    return arg;
+}
+
+static bool probe_calls(void)
+{
+    int sv[2], efd, ep, mfd;
+    char b = 1;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0 ||
+        sendto(sv[0], &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, NULL, 0) != 1 ||
+        recvfrom(sv[1], &b, 1, MSG_DONTWAIT, NULL, NULL) != 1)
+        return false;
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {&b, 1};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = sizeof(cbuf)};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &sv[0], sizeof(int));
+    if (sendmsg(sv[0], &mh, MSG_NOSIGNAL) != 1 || recvmsg(sv[1], &mh, 0) != 1)
+        return false;
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (getsockopt(sv[0], SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+        return false;
+    if ((mfd = memfd_create("sovia-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING)) < 0 ||
+        ftruncate(mfd, 4096) != 0 || fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
+        return false;
+    void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    if (p == MAP_FAILED || munmap(p, 4096) != 0)
+        return false;
+    struct epoll_event ev = {.events = EPOLLIN};
+    if ((efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+        (ep = epoll_create1(EPOLL_CLOEXEC)) < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, efd, &ev) != 0 ||
+        epoll_wait(ep, &ev, 1, 0) < 0)
+        return false;
+    uint32_t word = 0;
+    struct timespec zero = {0, 0};
+    struct pollfd pf = {.fd = efd, .events = POLLIN};
+    if (kernel(SYS_futex, (long)&word, FUTEX_WAKE_PRIVATE_, 1, 0, 0, 0) < 0 ||
+        kernel(SYS_pidfd_open, getpid(), 0, 0, 0, 0, 0) < 0 ||
+        ppoll(&pf, 1, &zero, NULL) < 0 || kill(getpid(), 0) != 0 ||
+        kernel(SYS_tgkill, getpid(), kernel(SYS_gettid, 0, 0, 0, 0, 0, 0), 0, 0, 0, 0) != 0 ||
+        getrandom(&word, sizeof(word), GRND_NONBLOCK) < 0 || sched_yield() != 0)
+        return false;
+    int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (nl < 0 && errno != EAFNOSUPPORT && errno != EPROTONOSUPPORT)
+        return false;
+    char exe[64];
+    struct rlimit rl;
+    if (readlink("/proc/self/exe", exe, sizeof(exe)) < 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return false;
+    pthread_t t;
+    return pthread_create(&t, NULL, probe_thread, NULL) == 0 && pthread_join(t, NULL) == 0;
+}
+
+/* "Seccomp: 2" in /proc/self/status: a filter is installed. */
+static bool filtered(void)
+{
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    char buf[4096];
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = 0;
+    const char *s = strstr(buf, "\nSeccomp:");
+    return s && atoi(s + 9) == 2;
+}
+
+/* First of the preload's constructors: before sovia makes a call. */
+__attribute__((constructor(101))) static void started_sandboxed(void)
+{
+    if (!filtered())
+        return;
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(probe_calls() ? 0 : 1);
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0)
+        atomic_store(&sov_g.inert, true); /* not killed by a call of ours: no sovia here */
 }

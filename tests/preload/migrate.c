@@ -17,6 +17,12 @@
  *    image reads the rest of the client's bytes from the kernel socket and
  *    answers. Before, it found the idle kernel socket: the client's bytes
  *    never came.
+ *  - started_filtered: a client exec'd under a seccomp filter that kills on
+ *    memfd_create (a call sovia makes, the program not): its preload's
+ *    probe finds it forbidden and the program's connection stays on
+ *    kernel TCP, byte-exact. Before, sovia's first memfd_create killed it.
+ *    started_filtered_allowing: the same under a filter that allows all
+ *    sovia needs: carried.
  * Each case checks every byte against a pattern, the end of stream, and
  * the exit records (migrated).
  */
@@ -72,6 +78,52 @@ static void recv_stream(int fd, size_t at, size_t len, uint64_t seed)
             FAILF("stream byte %zu: 0x%02x, want 0x%02x", at + i, b[i], want[i]);
     free(b);
     free(want);
+}
+
+/* A filter that kills the thread on system call `nr` (or on none: -1),
+ * installed with the raw call, as a parent that sandboxes its children
+ * would, so this image does not know. */
+static void filter_exec(struct p_role *r, long nr, const char *what)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_THREAD),
+    };
+    struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
+    SYS(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
+    SYS(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog));
+    p_exec_again(r, what, "");
+}
+
+static void filtered_client(struct p_role *r)
+{
+    filter_exec(r, SYS_memfd_create, "filtered_exchange");
+}
+
+static void allowing_client(struct p_role *r)
+{
+    filter_exec(r, -1, "filtered_exchange");
+}
+
+static void exchange_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    recv_stream(fd, 0, C_AFTER, SEED_C);
+    send_stream(fd, 0, S_AFTER, SEED_S);
+    SYS(close(fd));
+}
+
+/* In the image exec'd under the filter. */
+static void filtered_exchange(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    send_stream(fd, 0, C_AFTER, SEED_C);
+    recv_stream(fd, 0, S_AFTER, SEED_S);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
 }
 
 /* Kills the thread on the socket calls sovia would make on its data path
@@ -167,6 +219,10 @@ int main(int argc, char **argv)
         server_after(&r, atoi(extra));
         return 0;
     }
+    if (what && strcmp(what, "filtered_exchange") == 0) {
+        filtered_exchange(&r);
+        return 0;
+    }
     p_init("migrate");
     p_case("seccomp", seccomp_server, client, P_CARRIED | P_MIGRATED);
     if (p_asan()) /* the forked child starts threads: GCC 12's ASan allocator */
@@ -174,5 +230,7 @@ int main(int argc, char **argv)
     else
         p_case("seccomp_shared", seccomp_shared_server, client, P_NO_STATS);
     p_case("exec_plain", exec_plain_server, client, P_NO_STATS);
+    p_case("started_filtered", exchange_server, filtered_client, P_SERVER_KERNEL | P_CLIENT_KERNEL);
+    p_case("started_filtered_allowing", exchange_server, allowing_client, P_CARRIED);
     return p_done();
 }
