@@ -221,8 +221,17 @@ __attribute__((constructor(101))) static void started_sandboxed(void)
     pid_t pid = fork();
     if (pid == 0)
         _exit(probe_calls() ? 0 : 1);
+    /* A second at most: a probe that hangs (a thread that never starts) is
+     * a no as well. */
     int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-        WEXITSTATUS(status) != 0)
+    pid_t got = 0;
+    struct timespec ms = {0, 1000000};
+    for (int i = 0; pid > 0 && i < 1000 && (got = waitpid(pid, &status, WNOHANG)) == 0; i++)
+        nanosleep(&ms, NULL);
+    if (pid > 0 && got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    if (pid < 0 || got != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         atomic_store(&sov_g.inert, true); /* not killed by a call of ours: no sovia here */
 }

@@ -197,13 +197,23 @@ static int start_thread(pthread_t *thread, const pthread_attr_t *attr, void *(*f
 static void start_watcher(void)
 {
     pid_t me = getpid();
+    /* Opened before the lock: VipxFdAdopt closes the first number through
+     * the preload's close(), which takes its own locks (epoll sets). */
     pthread_mutex_lock(&start_lock);
+    bool want = watched_pid != me && leader_pid == me && stat_fd < 0;
+    pthread_mutex_unlock(&start_lock);
+    int fresh = -1;
+    if (want) {
+        VipxFdCreateBegin(); /* one of ours: safe from the program's stale close() */
+        fresh = VipxFdAdopt(open("/proc/self/stat", O_RDONLY | O_CLOEXEC));
+        VipxFdCreateEnd();
+    }
+    pthread_mutex_lock(&start_lock);
+    if (fresh >= 0 && stat_fd < 0) {
+        stat_fd = fresh;
+        fresh = -1;
+    }
     if (watched_pid != me && leader_pid == me) {
-        if (stat_fd < 0) {
-            VipxFdCreateBegin(); /* one of ours: safe from the program's stale close() */
-            stat_fd = VipxFdAdopt(open("/proc/self/stat", O_RDONLY | O_CLOEXEC));
-            VipxFdCreateEnd();
-        }
         pthread_attr_t a;
         pthread_attr_init(&a);
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
@@ -213,6 +223,8 @@ static void start_watcher(void)
         pthread_attr_destroy(&a);
     }
     pthread_mutex_unlock(&start_lock);
+    if (fresh >= 0) /* another thread's came first */
+        VipxFdClose(fresh);
 }
 
 VIPL_EXPORT int VipxThreadCreate(pthread_t *Thread, const pthread_attr_t *Attr,
