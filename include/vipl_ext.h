@@ -190,6 +190,11 @@ int VipxFdClose(int Fd);
 VIP_BOOLEAN VipxFdIsOwn(int Fd);
 VIP_BOOLEAN VipxFdAppCloseBegin(int Fd);
 void VipxFdAppCloseEnd(void);
+/* Whether Count more of the library's descriptors would still leave a
+ * quarter of the soft RLIMIT_NOFILE free, counting the library's own
+ * exactly and the program's as the lowest free number (all below it are
+ * open: a lower bound). */
+VIP_BOOLEAN VipxFdRoom(int Count);
 
 #define VIPX_CQ_INHERITABLE 1u /* VipxCreateCQ: the CQ can be exported */
 VIP_RETURN VipxCreateCQ(VIP_NIC_HANDLE NicHandle, VIP_ULONG EntryCount, VIP_ULONG Flags,

@@ -315,8 +315,10 @@ static void accepted_elsewhere(int fd, int nfd, const struct sockaddr *peer, boo
     socklen_t len = sizeof(local);
     if (!tcp_stream(fd, &domain) || getsockname(fd, (struct sockaddr *)&local, &len) != 0)
         return;
-    uint32_t ticket = 0;
-    struct sov_sock *t = ticketed_listener(fd, domain, (struct sockaddr *)&local, &ticket);
+    uint32_t ticket = 0; /* none, short of descriptors: the claim only lets the client go */
+    struct sov_sock *t = sov_tp_fd_room()
+                             ? ticketed_listener(fd, domain, (struct sockaddr *)&local, &ticket)
+                             : NULL;
     int rc = sov_tp_claim(nfd, (struct sockaddr *)&local, t ? ticket : 0);
     if (rc == 1 && sov_tp_accept(t, nfd, peer, nonblock, true) == 0)
         return;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "sock.h"
+#include "transparent.h"
 
 struct pending {
     struct sov_conn *conn;
@@ -700,6 +701,9 @@ static void *connection_thread(void *arg)
         pthread_mutex_lock(&l->s->wait_lock);
         bool full = l->count + nest >= l->cap;
         pthread_mutex_unlock(&l->s->wait_lock);
+        /* sovia run: the program's descriptors come first (each queued
+         * connection holds ours until accept() pairs it). */
+        full = full || (l->transparent && !sov_tp_fd_room());
         if (full || sov_sockaddr_from_vi(remote, l->domain, &p.peer, &p.peer_len) != 0 ||
             !(p.conn = sov_conn_create(&l->cfg, &err))) {
             VipConnectReject(ch); /* the client gets ECONNREFUSED */
