@@ -228,6 +228,11 @@ int VipxFdClose(int Fd);
 VIP_BOOLEAN VipxFdIsOwn(int Fd);
 VIP_BOOLEAN VipxFdAppCloseBegin(int Fd);
 void VipxFdAppCloseEnd(void);
+/* Whether Count more of the library's descriptors would still leave a
+ * quarter of the soft RLIMIT_NOFILE free, counting the library's own
+ * exactly and the program's as the lowest free number (all below it are
+ * open: a lower bound). */
+VIP_BOOLEAN VipxFdRoom(int Count);
 
 /*
  * A library thread (the provider's agent, notify threads, the sockets

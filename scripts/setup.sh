@@ -15,11 +15,12 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   sudo=""; [[ $(id -u) -ne 0 ]] && sudo=sudo
   $sudo apt-get update -qq
-  # openbsd-inetd, nginx-light and memcached would start system-wide
-  # services (ftpd on port 21, a web server on port 80, memcached on 11211;
-  # nginx's install fails if port 80 is taken); the tests and the report run
-  # their own private instances (src/apps/ftp/ftp_run.py,
-  # tests/programs/test_nginx.py, test_exit_records.py). A temporary
+  # openbsd-inetd, nginx-light, lighttpd and memcached would start
+  # system-wide services (ftpd on port 21, web servers on port 80, memcached
+  # on 11211; nginx's install fails if port 80 is taken); the tests and the
+  # report run their own private instances (src/apps/ftp/ftp_run.py,
+  # tests/programs/test_nginx.py, test_lighttpd.py, test_memcached.py,
+  # test_exit_records.py). A temporary
   # policy-rc.d keeps them from starting, unless the host has its own.
   policy=/usr/sbin/policy-rc.d
   own_policy=0
@@ -35,6 +36,7 @@ if ((${#missing[@]})); then
   # package, systemd unit, init script: stopped and disabled all the same
   # (a host policy may have let them start).
   for svc in openbsd-inetd:inetd:openbsd-inetd nginx-light:nginx:nginx \
+             lighttpd:lighttpd:lighttpd \
              memcached:memcached:memcached; do
     IFS=: read -r pkg unit script <<<"$svc"
     [[ " ${missing[*]} " == *" $pkg "* ]] || continue

@@ -342,9 +342,12 @@ static void accepted_elsewhere(int fd, int nfd, const struct sockaddr *peer, boo
         return;
     /* The port's shadow listener is its listening socket's owner's (the
      * socket's inode belongs to the user that made it): a prefork
-     * server's master, when its workers run as another user. */
+     * server's master, when its workers run as another user. Short of
+     * descriptors, no ticket: the claim only lets the client go. */
     uint32_t ticket = 0;
-    struct sov_sock *t = ticketed_listener(fd, domain, (struct sockaddr *)&local, &ticket);
+    struct sov_sock *t = sov_tp_fd_room()
+                             ? ticketed_listener(fd, domain, (struct sockaddr *)&local, &ticket)
+                             : NULL;
     if (t && sov_tp_await(t, peer, true) != 0)
         t = NULL; /* no room to await it: the client falls back */
     int rc = sov_tp_claim(nfd, (struct sockaddr *)&local, st.st_uid, t ? ticket : 0);

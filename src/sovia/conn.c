@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "sock.h"
+#include "transparent.h"
 
 struct pending {
     struct sov_conn *conn;
@@ -755,6 +756,9 @@ static void *connection_thread(void *arg)
         bool full = l->count + nest >= l->cap;
         pthread_mutex_unlock(&l->s->wait_lock);
         full = full || (foreign && foreign_held(l, est, nest) >= FOREIGN_MAX);
+        /* sovia run: the program's descriptors come first (each queued
+         * connection holds ours until accept() pairs it). */
+        full = full || (l->transparent && !sov_tp_fd_room());
         bool unknown = sov_sockaddr_from_vi(remote, l->domain, &p.peer, &p.peer_len) != 0;
         if (!unknown && l->ticketed) {
             pthread_mutex_lock(&l->s->wait_lock);

@@ -41,12 +41,19 @@ static uint64_t pair_timeout_ns(void)
     return ns;
 }
 
+bool sov_tp_fd_room(void)
+{
+    return VipxFdRoom(SOV_TP_CONN_FDS);
+}
+
 int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struct sockaddr *peer,
                    bool nonblock, struct sov_sock **out)
 {
     int err = sov_init();
     if (err)
         return err;
+    if (!sov_tp_fd_room())
+        return -EMFILE;
     struct sov_sock *s = sov_sock_adopt(fd, domain, nonblock);
     if (!s)
         return -ENOMEM;

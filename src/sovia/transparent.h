@@ -15,9 +15,19 @@ struct sov_sock;
 
 enum sov_tp_state { SOV_TP_PAIRED, SOV_TP_PENDING, SOV_TP_FELL_BACK };
 
+/* The descriptors sovia keeps per carried connection under sovia run: the
+ * connection socket, a pidfd of the peer, the peer CQ's wake socket, and
+ * for exec both ends' ctl and rx memfds, the peer's armed page and word;
+ * plus, while it is queued, the client's kernel socket (its token). */
+#define SOV_TP_CONN_FDS 10
+/* Whether one more connection leaves a quarter of the soft RLIMIT_NOFILE
+ * free (VipxFdRoom): where it would not, sovia steps aside and the
+ * connection stays on kernel TCP at once (docs/SOCKETS.md). */
+bool sov_tp_fd_room(void);
+
 /* Client: a tentative sovia connection from `local` (the kernel socket's
  * bound address) to `peer`, before the kernel connect. -ECONNREFUSED when
- * no sovia listener has that port. */
+ * no sovia listener has that port, -EMFILE without sov_tp_fd_room. */
 int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struct sockaddr *peer,
                    bool nonblock, struct sov_sock **out);
 /* After the kernel connect succeeded: descriptor `fd` is now carried. */

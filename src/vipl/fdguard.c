@@ -24,6 +24,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -48,6 +49,7 @@
 
 static _Atomic(_Atomic uint64_t *) chunks[CHUNKS];
 static pthread_mutex_t chunk_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int own_count; /* registered descriptors */
 static atomic_int creating;    /* brackets in flight */
 static atomic_int app_closing; /* application closes in flight */
 static _Thread_local int bracket_depth;
@@ -76,10 +78,12 @@ static void mark(int fd, bool own)
         return;
     unsigned bit = (unsigned)fd % CHUNK_BITS;
     uint64_t m = (uint64_t)1 << (bit % 64);
-    if (own)
-        atomic_fetch_or(&c[bit / 64], m);
-    else
-        atomic_fetch_and(&c[bit / 64], ~m);
+    if (own) {
+        if (!(atomic_fetch_or(&c[bit / 64], m) & m))
+            atomic_fetch_add(&own_count, 1);
+    } else if (atomic_fetch_and(&c[bit / 64], ~m) & m) {
+        atomic_fetch_sub(&own_count, 1);
+    }
 }
 
 VIPL_EXPORT VIP_BOOLEAN VipxFdIsOwn(int Fd)
@@ -163,6 +167,24 @@ static int adopt(int fd, bool move_up)
 VIPL_EXPORT int VipxFdAdopt(int Fd)
 {
     return adopt(Fd, true);
+}
+
+/* Counts ours exactly and the program's as the lowest free number, which
+ * the kernel hands out (a program's descriptors are dense at the bottom,
+ * and ours sit high): a reserve taken and given back at once. */
+VIPL_EXPORT VIP_BOOLEAN VipxFdRoom(int Count)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+        rl.rlim_cur > INT_MAX / 2)
+        return VIP_TRUE;
+    long limit = (long)rl.rlim_cur, own = atomic_load(&own_count);
+    if (own + Count + limit / 4 > limit)
+        return VIP_FALSE;
+    int low = vipl_fd_reserve();
+    if (low >= 0)
+        VipxFdClose(low);
+    return low >= 0 && low + own + Count + limit / 4 <= limit;
 }
 
 VIPL_EXPORT int VipxFdClose(int Fd)

@@ -14,13 +14,21 @@
  *     the connection);
  *   - server_out_of_descriptors: the same shortage at the server, whose
  *     service threads answer the client's request while the program waits
- *     in accept(); the accept must still get the connection.
+ *     in accept(); the accept must still get the connection;
+ *   - server_keeps_room: a server whose soft RLIMIT_NOFILE (256) holds its
+ *     40 connections but not sovia's descriptors for each (10) accepts
+ *     them only after the client connected them all, as memcached under a
+ *     load tool does: every accept() succeeds and every connection echoes,
+ *     some carried and the rest on kernel TCP. Before, the connections
+ *     waiting in the shadow listener's queue took every free descriptor
+ *     and the program's accept() failed with EMFILE.
  * Each case makes two connections, each echoing 256 KiB; the short side
  * holds the same descriptors, memfds, memfd mappings and threads after the
  * second as after the first (the first may leave sovia's per-process ones,
  * made once).
  */
 #include <fcntl.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -110,6 +118,49 @@ static void client_after_barrier(struct p_role *r)
     echo_twice(r, false, false);
 }
 
+/* ---- the server keeps room for the program's own descriptors --------------------- */
+
+#define ROOM_LIMIT 256
+#define ROOM_CONNS 40
+#define ROOM_MSG 64
+
+static void server_keeps_room(struct p_role *r)
+{
+    struct rlimit rl;
+    SYS(getrlimit(RLIMIT_NOFILE, &rl));
+    rl.rlim_cur = ROOM_LIMIT;
+    SYS(setrlimit(RLIMIT_NOFILE, &rl));
+    p_barrier(r); /* the client connects them all */
+    p_barrier(r);
+    int fds[ROOM_CONNS];
+    for (int i = 0; i < ROOM_CONNS; i++)
+        fds[i] = (int)SYS(accept(r->lfd, NULL, NULL));
+    for (int i = 0; i < ROOM_CONNS; i++) {
+        char buf[ROOM_MSG];
+        p_read_all(fds[i], buf, sizeof(buf));
+        p_write_all(fds[i], buf, sizeof(buf));
+        SYS(close(fds[i]));
+    }
+}
+
+static void client_many(struct p_role *r)
+{
+    p_barrier(r);
+    int fds[ROOM_CONNS];
+    for (int i = 0; i < ROOM_CONNS; i++)
+        fds[i] = p_connect(r->port);
+    p_barrier(r);
+    for (int i = 0; i < ROOM_CONNS; i++) {
+        char out[ROOM_MSG], in[ROOM_MSG];
+        p_fill(out, sizeof(out), 100u + (uint64_t)i);
+        p_write_all(fds[i], out, sizeof(out));
+        p_read_all(fds[i], in, sizeof(in));
+        if (memcmp(in, out, sizeof(in)) != 0)
+            FAILF("connection %d: the echo differs", i);
+        SYS(close(fds[i]));
+    }
+}
+
 int main(void)
 {
     p_init("exhaustion");
@@ -119,5 +170,6 @@ int main(void)
            P_CLIENT_KERNEL | P_SERVER_KERNEL);
     p_case("server_out_of_descriptors", server_short_of_fds, client_after_barrier,
            P_CLIENT_KERNEL | P_SERVER_KERNEL);
+    p_case("server_keeps_room", server_keeps_room, client_many, P_CARRIED);
     return p_done();
 }

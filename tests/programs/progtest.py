@@ -17,6 +17,7 @@ check performance.
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -83,6 +84,33 @@ def listening(port):
         except OSError:
             pass
     return False
+
+
+def busy_load(tc, n=None):
+    """n busy processes (default: one per CPU) for the rest of the case, so
+    that the programs run with more busy processes than CPUs (issue 16);
+    killed with the case's other processes."""
+    n = n or os.cpu_count() or 2
+    for k in range(n):
+        tc.start(f"busy{k}", [sys.executable, "-c", "while True: pass"], False)
+    report(f"{n} busy processes beside the programs ({os.cpu_count()} CPUs)")
+
+
+def nofile(want=4096):
+    """Raises this process's soft RLIMIT_NOFILE to `want` (at most the hard
+    limit), for the programs it starts; returns the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < want and (hard == resource.RLIM_INFINITY or soft < hard):
+        soft = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return soft
+
+
+def carries_all(conns, limit):
+    """Can sovia carry `conns` connections of a process with this soft
+    RLIMIT_NOFILE? It keeps a quarter of the limit free and spends up to 10
+    descriptors per connection (docs/SOCKETS.md); the program has its own."""
+    return conns * 11 + 64 <= limit * 3 // 4
 
 
 def stack_dump(pid):
@@ -254,6 +282,20 @@ class ProgramCase(unittest.TestCase):
         if received:
             self.assertGreater(r["bytes_received"], 0,
                                f"{proc.name}: no bytes received over sovia: {r}")
+        return r
+
+    def check_all_carried(self, proc, conns, limit):
+        """proc made or took `conns` connections, all carried where its soft
+        RLIMIT_NOFILE `limit` has room for them, else some (the others on
+        kernel TCP: sovia steps aside, docs/SOCKETS.md)."""
+        r = self.check_carried(proc)
+        self.assertEqual((r["carried"] + r["kernel"], r["fell_back"]), (conns, 0),
+                         f"{proc.name}: {r}" + self.context())
+        if carries_all(conns, limit):
+            self.assertEqual(r["carried"], conns, f"{proc.name}: {r}" + self.context())
+        else:
+            report(f"{proc.name}: {r['carried']} of {conns} connections carried "
+                   f"(RLIMIT_NOFILE {limit})")
         return r
 
     def check_kernel(self, proc):
