@@ -62,6 +62,7 @@ struct real_libc {
     int (*epoll_pwait2)(int, struct epoll_event *, int, const struct timespec *, const sigset_t *);
     pid_t (*fork)(void);
     FILE *(*fdopen)(int, const char *);
+    long (*syscall)(long, ...);
 };
 
 extern struct real_libc real;

@@ -7,24 +7,17 @@ fetches the file and the page over one connection. Every body is checked
 by its SHA-256; the server, ended by SIGTERM, counts the requests.
 Records: carried both ways, or kernel TCP.
 
-libuv closes a socket with a raw close system call (uv__close_nocancel:
-syscall(SYS_close)), which no preload sees. sovia finds out only when the
-number is reused (preload accept4: sov_tp_drop_stale), and counts that
-connection as fallen back: the server's record may say so once. A body
-that the server's close ends (GET /destroy, curl reading to the end of
-stream) never ends for a client under sovia (known broken).
+libuv closes every socket with syscall(SYS_close), not close(): a body
+that the server's close ends (GET /destroy: socket.destroy()) must end
+for curl reading to the end of stream, as over kernel TCP.
 
-usage: test_node_http.py --sovia /path/to/sovia --bindir DIR [--broken]
+usage: test_node_http.py --sovia /path/to/sovia --bindir DIR
 """
 import os
 
 import compat as c
 
 NODE_HTTP = ["node", os.path.join(c.PROGS, "node_http.js")]
-RAW_CLOSE = ("issue 20 item 2 (raw system calls): Node's socket.destroy() closes the socket "
-             "with syscall(SYS_close); the preload never sees it, the carried connection stays "
-             "open and the client under sovia waits for the end of stream for ever (kernel "
-             "TCP: FIN at once)")
 
 
 @c.scenarios()
@@ -32,8 +25,7 @@ class NodeHttp(c.CompatCase):
     BLOB_SIZE = 8 << 20
 
     def run_scenario(self, scenario):
-        # the first connection's number is reused by the second's accept
-        c.http_exchange(self, scenario, NODE_HTTP, server_fell_back_max=1)
+        c.http_exchange(self, scenario, NODE_HTTP)
 
     def destroy(self, scenario):
         """curl reads a body that the server's destroy() ends."""
@@ -48,7 +40,6 @@ class NodeHttp(c.CompatCase):
         self.stop_server(server)
         self.check_sides(scenario, client_sent=1, server_sent=4)
 
-    @c.known_broken(RAW_CLOSE)
     def test_server_destroys_connection_both(self):
         self.destroy(c.BOTH)
 
