@@ -188,9 +188,10 @@ def uring_echo(tc):
     return path
 
 
-def family(pid, most=8):
-    """(pid, command name, state) of `pid` and its descendants: a daemon's
-    children may have left its process group (sshd's call setsid)."""
+def family(pid, most=16):
+    """(pid, command name, state, start time) of `pid` and its descendants:
+    a daemon's children may have left its process group (sshd's call
+    setsid), where killing the group does not reach them."""
     procs = {}
     for name in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -199,14 +200,24 @@ def family(pid, most=8):
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
-        procs[int(name)] = (stat[stat.index("(") + 1:stat.rindex(")")], fields[0], int(fields[1]))
+        procs[int(name)] = (stat[stat.index("(") + 1:stat.rindex(")")], fields[0], int(fields[1]),
+                            fields[19])
     found, todo = [], [pid]
     while todo and len(found) < most:
         p = todo.pop(0)
         if p in procs:
-            found.append((p, procs[p][0], procs[p][1]))
-            todo += sorted(q for q, (_, _, ppid) in procs.items() if ppid == p)
+            comm, state, _, start = procs[p]
+            found.append((p, comm, state, start))
+            todo += sorted(q for q, (_, _, ppid, _) in procs.items() if ppid == p)
     return found
+
+
+def start_time(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 class CompatCase(pt.ProgramCase):
@@ -227,6 +238,28 @@ class CompatCase(pt.ProgramCase):
     def tearDownClass(cls):
         if cls.BLOB_SIZE:
             shutil.rmtree(cls.blob_dir, ignore_errors=True)
+
+    def setUp(self):
+        super().setUp()
+        self.descendants = {}  # pid: start time, of processes our processes started
+
+    def note_descendants(self):
+        """Remembers the descendants of our running processes, to kill at
+        the end those that outlive them."""
+        for p in self.procs:
+            if p.alive():
+                for pid, _, _, start in family(p.pid)[1:]:
+                    self.descendants[pid] = start
+
+    def tearDown(self):
+        self.note_descendants()
+        super().tearDown()
+        for pid, start in self.descendants.items():
+            if start_time(pid) == start:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def check_file(self, path, sha=None, size=None):
         """`path` holds the blob (or `size` bytes hashing to `sha`)."""
@@ -328,7 +361,7 @@ class CompatCase(pt.ProgramCase):
                     p.stack = "\n".join(
                         f"--- pid {pid} ({comm}, state {state}):\n"
                         + (pt.stack_dump(pid) if state != "Z" else "(zombie)")
-                        for pid, comm, state in family(p.pid))
+                        for pid, comm, state, _ in family(p.pid, most=8))
             proc.kill()
             proc.rc = None
             self.fail(f"{proc.name} still running after {timeout} s (killed)" + self.context())
@@ -366,6 +399,7 @@ class CompatCase(pt.ProgramCase):
 
     def stop_server(self, server, sig=signal.SIGTERM, codes=(0,), timeout=15):
         """Ends a server with `sig` (its record is written on the way out)."""
+        self.note_descendants()
         rc = server.stop(sig, timeout)
         self.assertIsNotNone(rc, f"{server.name} did not end on {sig!r}" + self.context())
         self.assertIn(rc, codes, f"{server.name} exit code {rc}" + self.context())
