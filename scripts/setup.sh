@@ -15,13 +15,14 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   sudo=""; [[ $(id -u) -ne 0 ]] && sudo=sudo
   $sudo apt-get update -qq
-  # openbsd-inetd, nginx-light, lighttpd and memcached would start
-  # system-wide services (ftpd on port 21, web servers on port 80, memcached
-  # on 11211; nginx's install fails if port 80 is taken); the tests and the
-  # report run their own private instances (src/apps/ftp/ftp_run.py,
-  # tests/programs/test_nginx.py, test_lighttpd.py, test_memcached.py,
-  # test_exit_records.py). A temporary
-  # policy-rc.d keeps them from starting, unless the host has its own.
+  # openbsd-inetd, nginx-light, lighttpd, memcached, openssh-server and
+  # rsync would start system-wide services (ftpd on port 21, web servers on
+  # port 80, memcached on 11211, sshd on 22, an rsync daemon; nginx's
+  # install fails if port 80 is taken); the tests and the report run their
+  # own private instances (src/apps/ftp/ftp_run.py, tests/programs/
+  # test_nginx.py, test_lighttpd.py, test_memcached.py, test_exit_records.py,
+  # tests/compat/test_openssh.py, test_rsync.py). A temporary policy-rc.d
+  # keeps them from starting, unless the host has its own.
   policy=/usr/sbin/policy-rc.d
   own_policy=0
   if [[ ! -e $policy ]]; then
@@ -37,7 +38,7 @@ if ((${#missing[@]})); then
   # (a host policy may have let them start).
   for svc in openbsd-inetd:inetd:openbsd-inetd nginx-light:nginx:nginx \
              lighttpd:lighttpd:lighttpd \
-             memcached:memcached:memcached; do
+             memcached:memcached:memcached openssh-server:ssh:ssh rsync:rsync:rsync; do
     IFS=: read -r pkg unit script <<<"$svc"
     [[ " ${missing[*]} " == *" $pkg "* ]] || continue
     if [[ -d /run/systemd/system ]]; then

@@ -62,6 +62,7 @@ struct real_libc {
     int (*epoll_pwait2)(int, struct epoll_event *, int, const struct timespec *, const sigset_t *);
     pid_t (*fork)(void);
     FILE *(*fdopen)(int, const char *);
+    long (*syscall)(long, ...);
 };
 
 extern struct real_libc real;
@@ -101,6 +102,8 @@ char *preload_image_search(const char *file); /* execvp's search; malloc'd or NU
 /* sandbox.c: an io_uring instance in the process makes sovia step aside
  * (its connections back to the kernel, no new one carried): true then. */
 bool preload_io_uring_check(void);
+/* Before syscall(nr, a...) goes to the kernel (rawcall.c). */
+void preload_sandbox_syscall(long nr, const long a[6]);
 void listener_drop(int fd);
 
 /* epoll.c: a closed descriptor leaves the epoll sets that hold it. */

@@ -52,6 +52,7 @@ static void resolve_once(void)
     FIND(epoll_pwait2);
     FIND(fork);
     FIND(fdopen);
+    FIND(syscall);
     FIND(read); /* last: preload_ready() tests it */
 }
 

@@ -11,10 +11,10 @@
  * wait for ever. In both cases sovia steps aside: the program's sockets
  * are plain kernel sockets from then on, with every byte in its place.
  *
- * The wrappers: prctl(PR_SET_SECCOMP), and syscall(2) for seccomp(2),
- * prctl and io_uring_setup (libseccomp and liburing call the kernel
- * through it, or, built without libc, on their own: see docs/SOCKETS.md
- * for what cannot be seen). A process started under a filter (inherited)
+ * The wrappers: prctl(PR_SET_SECCOMP), and syscall(2) (rawcall.c) for
+ * seccomp(2), prctl and io_uring_setup (libseccomp and liburing call the
+ * kernel through it, or, built without libc, on their own: see
+ * docs/SOCKETS.md for what cannot be seen). A process started under a filter (inherited)
  * runs without sovia unless a probe finds every call sovia makes allowed.
  */
 #include <dirent.h>
@@ -52,16 +52,10 @@ static void step_aside(bool sandbox)
         exitlog_now(); /* final now; at its end it may not be allowed the calls */
 }
 
-static long (*_Atomic libc_syscall)(long, ...);
-
 static long kernel(long nr, long a0, long a1, long a2, long a3, long a4, long a5)
 {
-    long (*f)(long, ...) = atomic_load_explicit(&libc_syscall, memory_order_relaxed);
-    if (!f) {
-        f = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
-        atomic_store_explicit(&libc_syscall, f, memory_order_relaxed);
-    }
-    return f(nr, a0, a1, a2, a3, a4, a5);
+    preload_ready();
+    return real.syscall(nr, a0, a1, a2, a3, a4, a5);
 }
 
 /* glibc's prctl is variadic; five words is what the kernel takes. */
@@ -73,19 +67,12 @@ PRELOAD_EXPORT int prctl(int option, unsigned long a2, unsigned long a3, unsigne
     return (int)kernel(SYS_prctl, option, (long)a2, (long)a3, (long)a4, (long)a5, 0);
 }
 
-PRELOAD_EXPORT long syscall(long nr, ...)
+void preload_sandbox_syscall(long nr, const long a[6])
 {
-    va_list ap;
-    va_start(ap, nr);
-    long a[6];
-    for (int i = 0; i < 6; i++)
-        a[i] = va_arg(ap, long);
-    va_end(ap);
     bool filter = (nr == SYS_seccomp && (a[0] == 0 || a[0] == SECCOMP_SET_MODE_FILTER_)) ||
                   (nr == SYS_prctl && a[0] == PR_SET_SECCOMP_);
     if (filter || nr == SYS_io_uring_setup)
         step_aside(filter);
-    return kernel(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 }
 
 /* ---- io_uring instances made without libc ------------------------------------------------ */

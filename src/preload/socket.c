@@ -414,9 +414,14 @@ PRELOAD_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, in
     int saved = errno;
     struct sockaddr_storage peer;
     socklen_t plen = sizeof(peer);
-    if (preload_io_uring_check() || getpeername(nfd, (struct sockaddr *)&peer, &plen) != 0 ||
+    if (getpeername(nfd, (struct sockaddr *)&peer, &plen) != 0 ||
         (peer.ss_family != AF_INET && peer.ss_family != AF_INET6) ||
         !sov_addr_is_local((struct sockaddr *)&peer, plen)) {
+        errno = saved;
+        return nfd;
+    }
+    if (preload_io_uring_check()) { /* sovia stepped aside here: kernel TCP */
+        atomic_fetch_add(&sov_g.tp_kernel, 1);
         errno = saved;
         return nfd;
     }

@@ -2,8 +2,9 @@
  * fdops.c - descriptor calls on a carried socket: dup, dup2, dup3,
  * fcntl F_DUPFD / F_DUPFD_CLOEXEC (data through every name, the connection
  * lives until its last name closes), F_GETFL/F_SETFL O_NONBLOCK, F_SETFD,
- * ioctl FIONBIO and FIONREAD, a forked child using an accepted socket, and a
- * program's stale close() or dup2() meeting sovia's own descriptors.
+ * ioctl FIONBIO and FIONREAD, a forked child using an accepted socket, a
+ * program's stale close() or dup2() meeting sovia's own descriptors, and a
+ * close made with syscall(SYS_close) (libuv's, so Node's).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -384,6 +386,49 @@ static void stale_client(struct p_role *r)
     CHECK_EQ(errno, EBADF);
 }
 
+/* libuv closes sockets with syscall(SYS_close, fd): the client must see
+ * the end of stream after the last bytes, as over TCP, and the next
+ * descriptor with that number (a file here) must get the program's writes,
+ * not the peer. Before the syscall() wrapper the client waited for ever
+ * and read the file's bytes. */
+static void raw_close_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    expect_msg(fd, "hi");
+    p_write_all(fd, "bye", 3);
+    CHECK_EQ(syscall(SYS_close, fd), 0);
+    CHECK_ERR(syscall(SYS_close, fd), EBADF);
+    int file = p_temp_file(0, 0);
+    CHECK_EQ(file, fd); /* the lowest free number: the socket's */
+    p_write_all(file, "file bytes", 10);
+    char buf[10];
+    CHECK_EQ(pread(file, buf, sizeof buf, 0), 10);
+    CHECK(memcmp(buf, "file bytes", 10) == 0);
+    p_barrier(r); /* the client has read to the end */
+    SYS(close(file));
+}
+
+static void raw_close_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    p_write_all(fd, "hi", 2);
+    char buf[16];
+    size_t got = 0;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        CHECK_EQ(poll(&p, 1, 5000), 1); /* the end comes, not a hang */
+        ssize_t n = SYS(read(fd, buf + got, sizeof buf - got));
+        if (n == 0)
+            break;
+        got += (size_t)n;
+        CHECK(got < sizeof buf);
+    }
+    CHECK_EQ(got, 3);
+    CHECK(memcmp(buf, "bye", 3) == 0);
+    p_barrier(r);
+    SYS(close(fd));
+}
+
 int main(void)
 {
     p_init("fdops");
@@ -399,5 +444,6 @@ int main(void)
     else
         p_case("fork_child_serves", forking_server, forking_client, P_NO_STATS);
     p_case("stale_close", stale_server, stale_client, P_CARRIED);
+    p_case("raw_close", raw_close_server, raw_close_client, P_CARRIED);
     return p_done();
 }

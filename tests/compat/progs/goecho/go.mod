@@ -1,0 +1,3 @@
+module sovia.test/goecho
+
+go 1.19
