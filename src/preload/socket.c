@@ -223,34 +223,66 @@ PRELOAD_EXPORT int socket(int domain, int type, int protocol)
     return fd;
 }
 
-PRELOAD_EXPORT int listen(int fd, int backlog)
+/* The shadow entry of a listening socket bound to a known port, with its
+ * sovia listener (shared with another socket of the same port, as rsync's
+ * daemon listens on 0.0.0.0 and ::); NULL if there is none to make. *made
+ * says whether the listener is new (ours to stop if listen() fails). */
+static struct shadow *shadow_prepare(int fd, int domain, int backlog, bool *made)
 {
-    preload_ready();
-    int rc = real.listen(fd, backlog);
-    int domain;
-    if (rc != 0 || atomic_load(&sov_g.inert) || !tcp_stream(fd, &domain))
-        return rc;
+    struct sockaddr_storage local;
+    socklen_t len = sizeof(local);
+    *made = false;
     pthread_mutex_lock(&shadows_lock);
     bool have = shadow_find(fd) != NULL;
     pthread_mutex_unlock(&shadows_lock);
-    struct sockaddr_storage local;
-    socklen_t len = sizeof(local);
-    if (have || getsockname(fd, (struct sockaddr *)&local, &len) != 0)
-        return rc;
+    if (have || getsockname(fd, (struct sockaddr *)&local, &len) != 0 ||
+        sov_addr_port((struct sockaddr *)&local) == 0)
+        return NULL;
     struct shadow *h = calloc(1, sizeof(*h));
     if (!h)
-        return rc;
+        return NULL;
     h->fd = fd;
     h->port = sov_addr_port((struct sockaddr *)&local);
     pthread_mutex_lock(&shadows_lock);
-    h->l = port_listener(h->port); /* rsync's daemon listens on 0.0.0.0 and :: */
+    h->l = port_listener(h->port);
     pthread_mutex_unlock(&shadows_lock);
-    if (!h->l)
+    if (!h->l) {
         h->l = sov_tp_listen(fd, domain, (struct sockaddr *)&local, backlog, 0);
+        *made = h->l != NULL;
+    }
     if (!h->l) { /* the port has a sovia listener elsewhere: kernel only */
         free(h);
+        return NULL;
+    }
+    return h;
+}
+
+PRELOAD_EXPORT int listen(int fd, int backlog)
+{
+    preload_ready();
+    int domain;
+    bool made = false;
+    struct shadow *h = NULL;
+    bool ours = !atomic_load(&sov_g.inert) && tcp_stream(fd, &domain);
+    /* sovia's listener first where the port is already bound: a client
+     * that sees the kernel socket listen (a script polling the port, or
+     * /proc/net/tcp) then finds sovia's too, instead of pairing with
+     * nobody and staying on kernel TCP. */
+    if (ours)
+        h = shadow_prepare(fd, domain, backlog, &made);
+    int rc = real.listen(fd, backlog);
+    if (rc != 0) {
+        int err = errno;
+        if (h && made)
+            sov_tp_unlisten(h->l);
+        free(h);
+        errno = err;
         return rc;
     }
+    if (ours && !h) /* bound by listen() itself */
+        h = shadow_prepare(fd, domain, backlog, &made);
+    if (!h)
+        return rc;
     pthread_mutex_lock(&shadows_lock);
     h->next = shadows;
     shadows = h;

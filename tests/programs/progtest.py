@@ -15,11 +15,13 @@ Measured numbers are printed to stderr (`ctest -V` shows them); tests never
 check performance.
 """
 import argparse
+import errno
 import json
 import os
 import resource
 import shutil
 import signal
+import random
 import socket
 import subprocess
 import sys
@@ -63,7 +65,32 @@ def report(msg):
 
 
 def free_port():
-    """A TCP port nobody listens on now (bind port 0 on a throwaway socket)."""
+    """A TCP port nobody uses now, below the ephemeral range: a port the
+    kernel hands out for bind(0) can still be held by a connection in
+    TIME_WAIT of an earlier case, and a server that binds it without
+    SO_REUSEADDR (NPtcp) then fails with EADDRINUSE. Checked by binding
+    the wildcard without SO_REUSEADDR, v4 and v6."""
+    lo = 20000
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            hi = min(int(f.read().split()[0]), 65536)
+    except (OSError, ValueError, IndexError):
+        hi = 32768
+    if hi - lo < 1000:
+        lo, hi = 1024, hi
+    for _ in range(200):
+        port = random.randrange(lo, hi)
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("0.0.0.0", port))
+            with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                s.bind(("::", port))
+            return port
+        except OSError as e:
+            if e.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
+                continue  # taken (no IPv6 here is fine: the v4 bind held)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
