@@ -128,13 +128,18 @@ VIP_RETURN VipxSetWaitSpin(VIP_NIC_HANDLE NicHandle, VIP_ULONG Microseconds);
  * process's other sleeping threads, so a wake-up one thread takes reaches
  * the others. Arms count (several threads may arm at once): pair each arm
  * with one disarm, in the same thread; a disarm with nothing armed does
- * nothing. VipxCQWaitFd gives the CQ's descriptor alone (a single waiting
+ * nothing. VipxCQDisarmQuiet disarms without draining, for a caller that
+ * did not sleep, or whose poll did not report the CQ's descriptor readable:
+ * a byte that came meanwhile makes the next poll return at once, and that
+ * sleep's disarm takes it (one system call less per wait on a busy CQ).
+ * VipxCQWaitFd gives the CQ's descriptor alone (a single waiting
  * thread needs nothing else). VipxWakeWaiters rings every sleeping thread
  * of the process (a library's own threads telling its waiters to look).
  */
 VIP_RETURN VipxCQWaitFd(VIP_CQ_HANDLE CQHandle, int *Fd);
 VIP_RETURN VipxCQPollFds(VIP_CQ_HANDLE CQHandle, int Fds[2], int *MaxSleepMs);
 VIP_RETURN VipxCQArm(VIP_CQ_HANDLE CQHandle, VIP_BOOLEAN Arm);
+VIP_RETURN VipxCQDisarmQuiet(VIP_CQ_HANDLE CQHandle);
 VIP_RETURN VipxWakeWaiters(void);
 
 /*

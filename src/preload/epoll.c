@@ -690,7 +690,7 @@ static int wait_active(int epfd, struct epset *s, struct epoll_event *out, int m
         VipxCQArm(sov_g.cq, VIP_TRUE);
         n = harvest(epfd, s, out, max, after_sleep, kernel_first, &pending);
         if (n) {
-            VipxCQArm(sov_g.cq, VIP_FALSE);
+            VipxCQDisarmQuiet(sov_g.cq); /* did not sleep */
             atomic_fetch_sub(&s->sleepers, 1);
             break;
         }
@@ -698,7 +698,10 @@ static int wait_active(int epfd, struct epset *s, struct epoll_event *out, int m
         struct pollfd p[3] = {{.fd = epfd, .events = POLLIN}};
         int rc = sov_poll_doze(p, 1, slice, &sig);
         atomic_fetch_sub(&s->sleepers, 1);
-        VipxCQArm(sov_g.cq, VIP_FALSE);
+        if (rc > 0 && p[1].revents) /* the CQ's descriptor: drain it */
+            VipxCQArm(sov_g.cq, VIP_FALSE);
+        else
+            VipxCQDisarmQuiet(sov_g.cq);
         if (rc < 0 && errno == EINTR) {
             n = -1;
             break;

@@ -27,6 +27,7 @@ __attribute__((constructor)) static void install_poll_hooks(void)
     sov_poll_hooks = (struct sov_poll_hooks){
         .signal_count = preload_signal_count,
         .kernel_ppoll = kernel_ppoll,
+        .dozing = preload_dozing,
     };
 }
 

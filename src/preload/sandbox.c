@@ -151,6 +151,10 @@ static bool probe_calls(void)
     memcpy(CMSG_DATA(c), &sv[0], sizeof(int));
     if (sendmsg(sv[0], &mh, MSG_NOSIGNAL) != 1 || recvmsg(sv[1], &mh, 0) != 1)
         return false;
+    struct mmsghdr mm = {.msg_hdr = {.msg_iov = &iov, .msg_iovlen = 1}};
+    if (sendto(sv[0], &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, NULL, 0) != 1 ||
+        recvmmsg(sv[1], &mm, 1, MSG_DONTWAIT, NULL) != 1) /* a CQ's wake-up drain */
+        return false;
     struct ucred cred;
     socklen_t len = sizeof(cred);
     if (getsockopt(sv[0], SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)

@@ -26,6 +26,11 @@ struct sov_poll_hooks {
     const _Atomic unsigned *(*signal_count)(void);
     int (*kernel_ppoll)(struct pollfd *fds, nfds_t n, const struct timespec *t,
                         const sigset_t *mask);
+    /* The calling thread sleeps from now on with `fd` (an eventfd) in its
+     * poll set, or no longer (-1): a handler that runs on the thread in
+     * between writes to it, so that the sleep ends at once (the
+     * self-pipe trick, instead of blocking signals around the sleep). */
+    void (*dozing)(int fd);
 };
 
 extern struct sov_poll_hooks sov_poll_hooks;

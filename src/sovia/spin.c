@@ -10,8 +10,9 @@
  * cores the default profile ran PostgreSQL at 0.6x and sovia bench rr at
  * 0.2-0.5x of kernel TCP). The kernel's count of runnable threads, the
  * fourth field of /proc/loadavg (the reader counted in), says exactly that;
- * it is read at most once per READ_EVERY_NS by whichever thread finds it
- * stale, so a spinning process pays one read per millisecond or so.
+ * it is read at most once per READ_EVERY_NS (READ_EVERY_CROWDED_NS while
+ * crowded) by whichever thread finds it stale, so a spinning process pays
+ * one read per millisecond or so.
  *
  * Where /proc/loadavg cannot be read (a chroot, a sandbox), waiters spin as
  * configured. SOVIA_WAIT=poll (the latency profile) always spins: that is
@@ -26,6 +27,12 @@
 #include "sock.h"
 
 #define READ_EVERY_NS 500000u
+/* Crowded, a read every 4 ms: the waits then sleep anyway, a wait that
+ * starts more than 0.5 ms after the last read is the rule rather than the
+ * exception (one read of /proc/loadavg per wait was 2 of the 16 system
+ * calls of a sleeping round trip), and a crowd that thins out costs at
+ * most 4 ms of sleeping instead of spinning. */
+#define READ_EVERY_CROWDED_NS 4000000u
 
 static _Atomic uint64_t read_at;   /* when `crowded` was last read; 0: never */
 static atomic_bool crowded;        /* more runnable threads than CPUs */
@@ -81,7 +88,9 @@ bool sov_spin_pays(void)
 {
     uint64_t now = sov_now_ns();
     uint64_t at = atomic_load_explicit(&read_at, memory_order_relaxed);
-    if (now - at >= READ_EVERY_NS &&
+    uint64_t every = atomic_load_explicit(&crowded, memory_order_relaxed) ? READ_EVERY_CROWDED_NS
+                                                                           : READ_EVERY_NS;
+    if (now - at >= every &&
         !atomic_exchange_explicit(&reading, true, memory_order_acquire)) {
         long r = runnable_now();
         atomic_store_explicit(&crowded, r > 0 && cpus > 0 && r > cpus, memory_order_relaxed);

@@ -137,6 +137,18 @@ void vipl_cq_disarm(struct vipl_cq *cq)
     errno = err;
 }
 
+VIPL_EXPORT VIP_RETURN VipxCQDisarmQuiet(VIP_CQ_HANDLE CQHandle)
+{
+    struct vipl_cq *cq = cq_of(CQHandle);
+    if (!cq)
+        return VIP_INVALID_PARAMETER;
+    int err = errno;
+    cq->nic->prov->wait_finish(cq, VIPL_CQ);
+    vipl_waiter_disarm(vipl_waiter_self());
+    errno = err;
+    return VIP_SUCCESS;
+}
+
 VIPL_EXPORT VIP_RETURN VipxCQArm(VIP_CQ_HANDLE CQHandle, VIP_BOOLEAN Arm)
 {
     struct vipl_cq *cq = cq_of(CQHandle);

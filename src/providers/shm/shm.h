@@ -104,6 +104,10 @@ struct shm_peer {
     const _Atomic uint32_t *wake_armed; /* the peer's receive wake-up */
     _Atomic uint32_t *wake_word;        /* futex mode */
     int wake_sock;                      /* socket mode when >= 0 */
+    /* Socket mode: the peer CQ's arming (SHM_CQ_EPOCH) we last sent a byte
+     * for, with bit 32 set; our own memory, so a peer cannot stop our
+     * wake-ups of it. */
+    _Atomic uint64_t rung_epoch;
     uint64_t wake_named;                /* SHM_WAKE_NAMED: its CQ's wake-up socket (0: none) */
     void *armed_map, *word_map;
     size_t armed_len, word_len;

@@ -134,7 +134,11 @@ _Static_assert(sizeof(struct shm_cmpl) == SHM_LINE, "a completion is one line");
 
 /* ---- wake pages of a CQ ------------------------------------------------- */
 /* A CQ has an "armed" page (owner writes, sealed) and a "word" page (every
- * peer VI attached to the CQ bumps it), one memfd each. */
+ * peer VI attached to the CQ bumps it), one memfd each. The armed page
+ * holds the count of sleepers and, in the next word, the count of armings
+ * (SHM_CQ_EPOCH): a peer sends one wake-up byte per arming, not one per
+ * message, however many it sends while the sleeper wakes. */
+#define SHM_CQ_EPOCH 1 /* index of the arming count in the armed page's words */
 
 static inline size_t shm_ctl_size(uint32_t depth, uint32_t reg_slots, size_t page)
 {

@@ -218,7 +218,8 @@ int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m, siz
                    : futex ? word_len && !(m->word_off & 3) && (size_t)m->word_off + 4 <= word_len
                            : m->wake_sock == SHM_WAKE_NAMED && m->wake_id != 0;
     if (!ctl_len || !rx_len || !armed_len || !wake_ok || (m->armed_off & 3) ||
-        (size_t)m->armed_off + 4 > armed_len || ctl_len < sizeof(struct shm_ctl))
+        (size_t)m->armed_off + 4 * (SHM_CQ_EPOCH + 1) > armed_len ||
+        ctl_len < sizeof(struct shm_ctl))
         return -EPROTO;
 
     *peer = (struct shm_peer){.sock = -1, .pidfd = -1, .wake_sock = -1, .kept = {-1, -1, -1, -1}};

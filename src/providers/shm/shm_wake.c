@@ -184,10 +184,20 @@ void shm_wake_peer(struct shm_peer *peer)
 {
     shm_full_barrier();
     if (atomic_load_explicit(peer->wake_armed, memory_order_relaxed)) {
-        if (peer->wake_named) /* a peer of another user: its CQ by name */
+        if (peer->wake_named) { /* a peer of another user: its CQ by name */
             ring_named(peer->wake_named);
-        else
-            ring(peer->wake_word, true, peer->wake_sock);
+        } else if (peer->wake_sock >= 0) {
+            /* One byte per arming: the sleeper drains and looks at every
+             * completion once it wakes, and arms anew before it sleeps
+             * again (each byte more was a system call here and a wasted
+             * wake-up or read there). */
+            uint64_t e = atomic_load_explicit(&peer->wake_armed[SHM_CQ_EPOCH],
+                                              memory_order_relaxed) | 1ull << 32;
+            if (atomic_exchange_explicit(&peer->rung_epoch, e, memory_order_relaxed) != e)
+                ring(NULL, true, peer->wake_sock);
+        } else {
+            ring(peer->wake_word, true, -1);
+        }
     }
     /* Processes that hold the other end since a fork sleep on CQs of their
      * own (one line, written only when they arm: it stays in our cache). */
@@ -205,16 +215,31 @@ void shm_wake_peer(struct shm_peer *peer)
  * drain here, at arming, took wake-ups meant for threads already asleep. */
 bool shm_cq_wait_drain(struct vipl_cq *ccq)
 {
-    char buf[64];
+    /* One call takes every byte waiting (usually one: one per arming and
+     * peer), where recv() needed a second call to learn there was no more. */
+    enum { BATCH = 16 };
+    char buf[BATCH];
+    struct iovec iov[BATCH];
+    struct mmsghdr msgs[BATCH];
+    for (int i = 0; i < BATCH; i++) {
+        iov[i] = (struct iovec){.iov_base = &buf[i], .iov_len = 1};
+        msgs[i] = (struct mmsghdr){.msg_hdr = {.msg_iov = &iov[i], .msg_iovlen = 1}};
+    }
     bool any = false;
-    while (recv(shm_cq(ccq)->wake_rx, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+    int n;
+    while ((n = recvmmsg(shm_cq(ccq)->wake_rx, msgs, BATCH, MSG_DONTWAIT, NULL)) > 0) {
         any = true;
+        if (n < BATCH)
+            break;
+    }
     return any;
 }
 
 uint32_t shm_wait_prepare(void *obj, enum vipl_queue q)
 {
     struct shm_wake w = shm_wake_of(obj, q);
+    if (w.sock >= 0) /* a CQ's; before the count: a peer that sees us asleep sees this arming */
+        atomic_fetch_add_explicit(&w.armed[SHM_CQ_EPOCH], 1, memory_order_seq_cst);
     atomic_fetch_add_explicit(w.armed, 1, memory_order_seq_cst);
     if (q == VIPL_CQ)
         shm_cq_arm_holders(obj, 1);
