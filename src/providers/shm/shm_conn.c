@@ -223,7 +223,7 @@ static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fd
 {
     struct shm_nic *snic = shm_nic(vi->core.nic);
     struct shm_peer *peer = calloc(1, sizeof(*peer));
-    int rc = peer ? shm_peer_map(peer, fds, m, snic->page) : -ENOMEM;
+    int rc = peer ? shm_peer_map(peer, fds, m, snic) : -ENOMEM;
     if (rc == 0 && vi->inheritable) { /* a next image maps them again */
         memcpy(peer->kept, fds, sizeof(peer->kept));
         memset(fds, -1, 4 * sizeof(int));

@@ -67,15 +67,18 @@ VIP_RETURN shm_vi_export(struct vipl_vi *cvi, VIPX_STATE *st, VIP_ULONG *offsets
             .peer_consumed = peer->consumed,
             .peer_posted_seen = peer->posted_seen,
             .peer_pid = peer->pid,
-            .watch_pid = peer->pidfd >= 0,
+            .watch_pid = peer->pidfd >= 0 || peer->pidw || peer->watch_pid,
             .shared = vi->shared,
             .relay = vi->relay,
             .peer_msg = peer->msg,
         };
         memcpy(st->Data, &s, sizeof(s));
         st->Length = sizeof(s);
+        /* Shared entries (socket mode) are named once per connection: the
+         * next image's shm_peer_map finds the same descriptor again. */
         int fds[NFDS] = {vi->ctl_fd, vi->rx_fd, peer->sock, peer->kept[0], peer->kept[1],
-                         peer->kept[2], peer->msg.wake_sock == SHM_WAKE_SOCKET ? peer->wake_sock : peer->kept[3]};
+                         peer->armed_sh ? shm_shared_fd(peer->armed_sh) : peer->kept[2],
+                         peer->msg.wake_sock == SHM_WAKE_SOCKET ? peer->wake_sock : peer->kept[3]};
         memcpy(st->Fds, fds, sizeof(fds));
         st->NumFds = NFDS;
     }
@@ -123,14 +126,18 @@ static int adopt_segments(struct shm_vi *vi, const struct vi_state *s, int ctl_f
     return 0;
 }
 
-static int adopt_peer(struct shm_vi *vi, const struct vi_state *s, const int *fds)
+static int adopt_peer(struct shm_vi *vi, const struct vi_state *s, int *fds)
 {
     struct shm_peer *peer = calloc(1, sizeof(*peer));
     if (!peer)
         return -ENOMEM;
     int pfds[4];
     memcpy(pfds, fds + FD_PEER, sizeof(pfds));
-    int rc = shm_peer_map(peer, pfds, &s->peer_msg, shm_nic(vi->core.nic)->page);
+    int rc = shm_peer_map(peer, pfds, &s->peer_msg, shm_nic(vi->core.nic));
+    /* What it took (socket mode) is no longer the caller's to close. */
+    for (int i = 2; i < 4; i++)
+        if (pfds[i] < 0)
+            fds[FD_PEER + i] = -1;
     if (rc != 0) {
         free(peer);
         return rc;

@@ -202,11 +202,15 @@ static bool is_wake_socket(int fd)
  * read-write, the armed flag read-only, and by m->wake_sock: its futex
  * word page read-write (FUTEX), its wake-up socket, kept (SOCKET: fds[3]
  * is then taken, set to -1), or nothing (NAMED: the wake-up goes to the
- * CQ socket m->wake_id names; fds[3] is left to the caller). Every size and offset is checked against what the kernel says
+ * CQ socket m->wake_id names; fds[3] is left to the caller). In socket
+ * mode the armed page and the socket are the NIC's shared entries for
+ * those files (shm_shared.c; fds[2] and fds[3] taken, set to -1). Every size and offset is checked against what the kernel says
  * the descriptors are; returns -EPROTO on anything inconsistent.
  */
-int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m, size_t page)
+int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m,
+                 struct shm_nic *snic)
 {
+    size_t page = snic->page;
     /* Read-only for us; whether the owner sealed them against its peers is
      * the owner's business (an inheritable VI does not). */
     bool sock = m->wake_sock == SHM_WAKE_SOCKET, futex = m->wake_sock == SHM_WAKE_FUTEX;
@@ -221,22 +225,29 @@ int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m, siz
         (size_t)m->armed_off + 4 > armed_len || ctl_len < sizeof(struct shm_ctl))
         return -EPROTO;
 
-    *peer = (struct shm_peer){.sock = -1, .pidfd = -1, .wake_sock = -1, .kept = {-1, -1, -1, -1}};
+    *peer = (struct shm_peer){.sock = -1, .pidfd = -1, .wake_sock = -1, .kept = {-1, -1, -1, -1},
+                              .nic = snic};
     peer->ctl = map_peer(fds[0], ctl_len, PROT_READ);
     peer->rx = map_peer(fds[1], rx_len, PROT_READ | PROT_WRITE);
-    peer->armed_map = map_peer(fds[2], armed_len, PROT_READ);
     peer->ctl_len = ctl_len;
     peer->rx_len = rx_len;
     peer->armed_len = armed_len;
     peer->wake_named = m->wake_sock == SHM_WAKE_NAMED ? m->wake_id : 0;
     if (sock) {
-        peer->wake_sock = fds[3];
-        fds[3] = -1;
-    } else if (futex) {
+        /* Every connection to this peer CQ names the same two files. */
+        peer->armed_sh = shm_shared_get(snic, &fds[2], armed_len);
+        peer->sock_sh = peer->armed_sh ? shm_shared_get(snic, &fds[3], 0) : NULL;
+        peer->armed_map = peer->armed_sh ? shm_shared_map(peer->armed_sh) : NULL;
+        peer->wake_sock = peer->sock_sh ? shm_shared_fd(peer->sock_sh) : -1;
+    } else {
+        peer->armed_map = map_peer(fds[2], armed_len, PROT_READ);
+    }
+    if (futex) {
         peer->word_map = map_peer(fds[3], word_len, PROT_READ | PROT_WRITE);
         peer->word_len = word_len;
     }
-    if (!peer->ctl || !peer->rx || !peer->armed_map || (futex && !peer->word_map)) {
+    if (!peer->ctl || !peer->rx || !peer->armed_map || (futex && !peer->word_map) ||
+        (sock && peer->wake_sock < 0)) {
         shm_peer_unmap(peer);
         return -ENOMEM;
     }
@@ -263,12 +274,17 @@ void shm_peer_unmap(struct shm_peer *peer)
         munmap((void *)peer->ctl, peer->ctl_len);
     if (peer->rx)
         munmap(peer->rx, peer->rx_len);
-    if (peer->armed_map)
+    if (peer->armed_sh)
+        shm_shared_put(peer->nic, peer->armed_sh);
+    else if (peer->armed_map)
         munmap(peer->armed_map, peer->armed_len);
     if (peer->word_map)
         munmap(peer->word_map, peer->word_len);
-    if (peer->wake_sock >= 0)
+    if (peer->sock_sh)
+        shm_shared_put(peer->nic, peer->sock_sh);
+    else if (peer->wake_sock >= 0)
         VipxFdClose(peer->wake_sock);
+    peer->armed_sh = peer->sock_sh = NULL;
     for (int i = 0; i < 4; i++)
         if (peer->kept[i] >= 0)
             VipxFdClose(peer->kept[i]);
