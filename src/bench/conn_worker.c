@@ -217,10 +217,11 @@ static int conns_server(long count)
     *res = (struct conn_result){.magic = CONN_RESULT_MAGIC, .role = RR_ROLE_SERVER,
                                 .count = (uint64_t)count, .before = res->before,
                                 .after = res->after};
-    if (rr_write_all(1, res, sizeof *res) != 0)
-        return 1;
-    pthread_join(tid, NULL);
-    return e.rc == 0 ? 0 : 1;
+    int rc = rr_write_all(1, res, sizeof *res) == 0 ? 0 : 1;
+    pthread_join(tid, NULL); /* the loop closed the connections */
+    free(e.t.fds);
+    free(res);
+    return rc == 0 && e.rc == 0 ? 0 : 1;
 }
 
 static int conns_client(long count, const char *addr)
@@ -277,6 +278,8 @@ static int conns_client(long count, const char *addr)
     for (long i = 0; i < count; i++)
         close(fds[i]);
     close_ns = (uint64_t)(rr_now_ns() - t0);
+    free(fds);
+    free(res);
     return rr_write_all(1, &close_ns, sizeof close_ns) == 0 ? 0 : 1;
 io_error:
     fprintf(stderr, "sovia-rr conns client: send: %s\n", strerror(errno));
@@ -408,7 +411,11 @@ static int rate_server(void)
     res->role = RR_ROLE_SERVER;
     res->threads = 1;
     res->tx_total = s.echoes;
-    return s.rc == 0 && rr_write_all(1, res, sizeof *res) == 0 ? 0 : 1;
+    int rc = s.rc == 0 && rr_write_all(1, res, sizeof *res) == 0 ? 0 : 1;
+    free(res);
+    close(s.ep);
+    close(s.lfd);
+    return rc;
 }
 
 struct rate_cli {
@@ -464,7 +471,9 @@ static int rate_client(const char *addr)
     c.res->magic = RR_RESULT_MAGIC;
     c.res->role = RR_ROLE_CLIENT;
     c.res->threads = 1;
-    return c.rc == 0 && rr_write_all(1, c.res, sizeof *c.res) == 0 ? 0 : 1;
+    int rc = c.rc == 0 && rr_write_all(1, c.res, sizeof *c.res) == 0 ? 0 : 1;
+    free(c.res);
+    return rc;
 }
 
 int conn_worker_main(int argc, char **argv, const struct rr_ops *ops)

@@ -6,7 +6,9 @@
  * before, each connection kept its own descriptor of each and its own
  * mapping of the page, two descriptors and a mapping per connection for
  * the same two objects. Entries are found by the file's identity (device
- * and inode, from fstat), counted per connection, and let go with the last.
+ * and inode, from fstat), counted per connection, and let go with the last:
+ * their descriptors are pinned (fdguard.c), so that no other path closes
+ * them (an exec's export names one in every connection that uses it).
  *
  * Only for the socket wake mode, which is never used between users
  * (shm_cred.c): the objects are our own user's, and one connection's peer
@@ -67,13 +69,16 @@ struct shm_shared *shm_shared_get(struct shm_nic *snic, int *fd, size_t map_len)
         snic->capshared = cap;
     }
     e = calloc(1, sizeof(*e));
-    if (!e)
+    if (!e || vipl_fd_pin(*fd, true) != 0) {
+        free(e);
         goto fail;
+    }
     *e = (struct shm_shared){.dev = st.st_dev, .ino = st.st_ino, .fd = *fd, .len = map_len,
                              .refs = 1};
     if (map_len) {
         e->map = mmap(NULL, map_len, PROT_READ, MAP_SHARED, *fd, 0);
         if (e->map == MAP_FAILED) {
+            vipl_fd_pin(*fd, false);
             free(e);
             goto fail;
         }
@@ -110,6 +115,7 @@ void shm_shared_put(struct shm_nic *snic, struct shm_shared *e)
             }
         if (e->map)
             munmap(e->map, e->len);
+        vipl_fd_pin(e->fd, false);
         VipxFdClose(e->fd);
         free(e);
     }
