@@ -14,7 +14,9 @@
  *     conn_result; on "close\n" closes them all and writes the time it took
  *     (uint64 ns).
  * connrate: one server process, C client processes, each connecting,
- *   exchanging CONN_PING bytes and closing, one connection after another.
+ *   exchanging CONN_PING bytes and closing, one connection after another
+ *   (the server closes first, as an HTTP/1.0 server does: the client reads
+ *   the answer, then the end of stream, then closes).
  *   server "rate-server": "ready pPORT\n", serves until END + CONN_RATE_DRAIN_S
  *     after "go START WARM END", writes an rr_result (tx_total: echoes);
  *   client "rate-client pPORT": "ready\n", then "go ...", cycles from

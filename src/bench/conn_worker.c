@@ -170,6 +170,25 @@ static int recv_check(int fd, const unsigned char *want, size_t len)
     return 0;
 }
 
+/* Waits for the peer's end of stream (and nothing before it). */
+static int recv_end(int fd)
+{
+    for (;;) {
+        char c;
+        ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
+        if (n == 0)
+            return 0;
+        if (n > 0) {
+            errno = EPROTO;
+            return -1;
+        }
+        if (errno == EINTR || ((errno == EAGAIN || errno == EWOULDBLOCK) &&
+                               wait_fd(fd, POLLIN) == 0))
+            continue;
+        return -1;
+    }
+}
+
 /* ---- conns ------------------------------------------------------------- */
 
 struct echo {
@@ -327,24 +346,25 @@ static int rate_accept(struct rate_srv *s, struct rate_conn **conns, int *cap)
     }
 }
 
-/* Reads what came; echoes a whole request; closes at the client's end. */
+/* Reads what came; echoes the request and closes, as an HTTP/1.0 server
+ * does (the server's end keeps the TIME_WAIT: at ten thousand connections
+ * a second, clients that closed first would run out of ephemeral ports). */
 static void rate_serve(struct rate_srv *s, struct rate_conn *c, int fd)
 {
     for (;;) {
         ssize_t n = recv(fd, c->buf + c->off, CONN_PING - c->off, MSG_DONTWAIT);
         if (n > 0) {
             c->off = (unsigned char)(c->off + n);
-            if (c->off == CONN_PING) {
-                c->off = 0;
-                if (send_all(fd, c->buf, CONN_PING) == 0)
-                    s->echoes++;
-            }
+            if (c->off < CONN_PING)
+                continue;
+            c->off = 0;
+            if (send_all(fd, c->buf, CONN_PING) == 0)
+                s->echoes++;
+        } else if (n < 0 && errno == EINTR) {
             continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             return;
+        }
         epoll_ctl(s->ep, EPOLL_CTL_DEL, fd, NULL);
         close(fd);
         return;
@@ -437,7 +457,8 @@ static void *rate_client_main(void *arg)
     for (int64_t t0 = rr_now_ns(); t0 < c->m.end_ns; t0 = rr_now_ns(), i++) {
         int fd = rr_connect(&rr_libc_ops, &c->a);
         pattern(b, i);
-        if (fd < 0 || send_all(fd, b, sizeof b) != 0 || recv_check(fd, b, sizeof b) != 0) {
+        if (fd < 0 || send_all(fd, b, sizeof b) != 0 || recv_check(fd, b, sizeof b) != 0 ||
+            recv_end(fd) != 0) {
             fprintf(stderr, "sovia-rr rate client: connection %llu: %s\n",
                     (unsigned long long)i + 1, strerror(errno));
             c->rc = -1;

@@ -8,11 +8,12 @@
  *   - held_under_limit: NCONN = 2,000 under a soft limit of 16,384. sovia
  *     keeps a connection on kernel TCP once it would leave less than a
  *     quarter of the limit free (VipxFdRoom), so this carries them all only
- *     if sovia spends at most 5 descriptors per connection (its two
- *     segments, the peer's two, the connection socket) and a constant per
- *     process. Before, each connection also held its own pidfd of the peer
- *     process and its own copies of the peer's CQ armed page and wake-up
- *     socket: 7.7 per connection, and about 1,600 of the 2,000 were carried.
+ *     if sovia spends few descriptors per connection; it checks at most 3
+ *     (the memfd of its segments, the peer's, the connection socket) and a
+ *     constant per process. Before, each end's ctl and rx were two memfds,
+ *     and each connection held its own pidfd of the peer process and its
+ *     own copies of the peer's CQ armed page and wake-up socket: 6.7 per
+ *     connection, and about 1,700 of the 2,000 were carried.
  * The limit is never raised above the hard one: where the hard limit is
  * lower the case is skipped, with the reason.
  */
@@ -26,7 +27,7 @@
 #define NCONN 2000
 #define BATCH 50
 #define SOFT_LIMIT 16384
-#define SOVIA_PER_CONN 5 /* descriptors beyond the program's socket */
+#define SOVIA_PER_CONN 3 /* descriptors beyond the program's socket */
 #define SOVIA_PER_PROCESS 32
 
 static void lower_limit(void)

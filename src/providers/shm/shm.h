@@ -93,6 +93,11 @@ struct shm_msg {
     uint16_t host_len, disc_len;  /* the sender's own address */
     uint8_t addr[16 + VIPL_MAX_DISC];
     uint64_t wake_id; /* SHM_WAKE_NAMED: the CQ's wake-up socket */
+    /* Nonzero: ctl and rx are one memfd (fds 0 and 1 name it), rx at this
+     * page-aligned offset, ctl before it (an inheritable VI: one
+     * descriptor per end to keep for exec instead of two). */
+    uint32_t rx_off;
+    uint32_t pad;
 };
 
 /* What we map of the connected peer and how we reach it. */
@@ -155,6 +160,9 @@ struct shm_vi {
     struct shm_rx *rx;
     size_t ctl_len, rx_len;
     int ctl_fd, rx_fd;
+    /* Inheritable VIs: ctl and rx are one memfd (ctl_fd; rx_fd is -1) and
+     * one mapping, rx right after ctl. Decided at the first creation. */
+    bool merged;
     uint32_t depth, mask;
     uint32_t staging_off, staging_len, arena_off, arena_len;
     uint8_t *arena;
