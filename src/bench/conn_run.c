@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,67 @@
 #define SETUP_TIMEOUT_S 30.0
 #define RESULT_MARGIN_S 15.0
 #define START_DELAY_NS 2000000
+
+/* ---- Which connections sovia carried (preload) --------------------------
+ *
+ * The workers' exit records (SOVIA_STAT_LOG, docs/ARCHITECTURE.md), in a
+ * private directory made for the run and removed after it. A run where
+ * sovia left connections on kernel TCP (VipxFdRoom, a refused pairing)
+ * measures a mixture: it says so. */
+
+struct carried {
+    char dir[PATH_MAX], log[PATH_MAX + 16];
+    bool on;
+};
+
+static void carried_begin(struct carried *c, const struct bench_params *p)
+{
+    const char *tmp = getenv("TMPDIR");
+    c->on = false;
+    if (strcmp(p->transport, "preload") != 0 || getenv("SOVIA_STAT_LOG"))
+        return;
+    snprintf(c->dir, sizeof c->dir, "%s/sovia-bench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(c->dir))
+        return;
+    snprintf(c->log, sizeof c->log, "%s/stat.json", c->dir);
+    c->on = setenv("SOVIA_STAT_LOG", c->log, 1) == 0;
+}
+
+/* Sums the records of the processes in pids (n of them, -1 for any):
+ * carried, and made or accepted on kernel TCP. */
+static void carried_sum(const struct carried *c, const pid_t *pids, int n, uint64_t *yes,
+                        uint64_t *no)
+{
+    char line[1024];
+    FILE *f = c->on ? fopen(c->log, "re") : NULL;
+
+    *yes = *no = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *pp = strstr(line, "\"pid\": "), *cp = strstr(line, "\"carried\": "),
+                   *fp = strstr(line, "\"fell_back\": "), *kp = strstr(line, "\"kernel\": ");
+        bool mine = n < 0;
+        if (!pp || !cp || !fp || !kp)
+            continue;
+        for (int i = 0; i < n && !mine; i++)
+            mine = atol(pp + 7) == (long)pids[i];
+        if (!mine)
+            continue;
+        *yes += strtoull(cp + 11, NULL, 10);
+        *no += strtoull(fp + 13, NULL, 10) + strtoull(kp + 10, NULL, 10);
+    }
+    if (f)
+        fclose(f);
+}
+
+static void carried_end(struct carried *c)
+{
+    if (!c->on)
+        return;
+    unsetenv("SOVIA_STAT_LOG");
+    unlink(c->log);
+    rmdir(c->dir);
+    c->on = false;
+}
 
 static int check(const struct bench_params *p, const char *mode)
 {
@@ -82,8 +144,15 @@ static void out_side(const char *side, const struct conn_result *r, bool json)
                fds, a->maps, maps, shm, shm_res, rss);
 }
 
+/* Carried connections of the client and the server, and whether known. */
+struct conns_carried {
+    bool known;
+    uint64_t cli, cli_not, srv, srv_not;
+};
+
 static void out_conns(const struct bench_params *p, const struct conn_result *cli,
-                      const struct conn_result *srv, uint64_t close_ns, bool json)
+                      const struct conn_result *srv, uint64_t close_ns,
+                      const struct conns_carried *k, bool json)
 {
     double setup_us = per((int64_t)cli->setup_ns, cli->count) / 1e3,
            ping_us = per((int64_t)cli->ping_ns, cli->count) / 1e3,
@@ -97,6 +166,10 @@ static void out_conns(const struct bench_params *p, const struct conn_result *cl
                "\"connect_p99_us\":%.6g,\"ping_us_per_conn\":%.6g,\"close_us_per_conn\":%.6g,",
                p->transport, cli->count, (double)cli->setup_ns / 1e9, setup_us, p50, p99,
                ping_us, close_us);
+        if (k->known)
+            printf("\"carried\":{\"client\":%" PRIu64 ",\"server\":%" PRIu64
+                   ",\"client_kernel\":%" PRIu64 ",\"server_kernel\":%" PRIu64 "},",
+                   k->cli, k->srv, k->cli_not, k->srv_not);
         out_side("client", cli, true);
         putchar(',');
         out_side("server", srv, true);
@@ -104,6 +177,10 @@ static void out_conns(const struct bench_params *p, const struct conn_result *cl
     } else {
         printf("%s: %" PRIu64 " connections, each verified by an exchange of %d bytes\n",
                p->transport, cli->count, CONN_PING);
+        if (k->known)
+            printf("carried by sovia: client %" PRIu64 ", server %" PRIu64
+                   " (on kernel TCP: %" PRIu64 ", %" PRIu64 ")\n",
+                   k->cli, k->srv, k->cli_not, k->srv_not);
         printf("connect: %.1f us per connection (p50 %.1f, p99 %.1f; %.3f s in all); "
                "exchange %.1f us, close %.1f us per connection\n",
                setup_us, p50, p99, (double)cli->setup_ns / 1e9, ping_us, close_us);
@@ -137,10 +214,14 @@ static int run_conns(const struct bench_params *p)
     /* Connections come at a few thousand a second at worst. */
     double deadline = (double)p->count / 500.0 + 60.0;
     uint64_t close_ns = 0;
+    struct conns_carried k = {false, 0, 0, 0, 0};
+    struct carried c;
+    pid_t cpid = -1, spid = -1;
     int rc = -1;
 
     if (!res)
         return BENCH_EXIT_FAIL;
+    carried_begin(&c, p);
     snprintf(count, sizeof count, "%lu", p->count);
     if (rr_proc_spawn(&srv, p->rr_worker, sargv, NULL, NULL) != 0) {
         rr_report_error("conns", "server", 0, "start");
@@ -167,12 +248,20 @@ static int run_conns(const struct bench_params *p)
     }
     rc = 0;
 out:
+    cpid = cli.pid;
+    spid = srv.pid;
     if (rr_proc_reap(&cli, "conns", "client", 0, rc == 0) != 0)
         rc = -1;
     if (rr_proc_reap(&srv, "conns", "server", 0, rc == 0) != 0)
         rc = -1;
+    if (c.on) {
+        k.known = true;
+        carried_sum(&c, &cpid, 1, &k.cli, &k.cli_not);
+        carried_sum(&c, &spid, 1, &k.srv, &k.srv_not);
+    }
+    carried_end(&c);
     if (rc == 0)
-        out_conns(p, &res[0], &res[1], close_ns, p->json);
+        out_conns(p, &res[0], &res[1], close_ns, &k, p->json);
     else
         fprintf(stderr, "sovia bench conns: %s: run failed\n", p->transport);
     free(res);
@@ -182,7 +271,7 @@ out:
 /* ---- connrate ----------------------------------------------------------- */
 
 static void out_rate(const struct bench_params *p, const struct rr_result *res, int nres,
-                     double warmup, double load, bool json)
+                     double warmup, double load, const struct conns_carried *k, bool json)
 {
     struct rr_hist *lat = calloc(1, sizeof *lat);
     uint64_t tx = 0, cpu = 0;
@@ -203,9 +292,13 @@ static void out_rate(const struct bench_params *p, const struct rr_result *res, 
         printf("{\"mode\":\"connrate\",\"transport\":\"%s\",\"clients\":%u,\"seconds\":%.6g,"
                "\"warmup\":%.6g,\"cpus\":%d,\"load_1m\":%.3g,\"conns\":%" PRIu64
                ",\"conns_per_s\":%.6g,\"p50_us\":%.6g,\"p99_us\":%.6g,\"max_us\":%.6g,"
-               "\"cpu_us_per_conn\":%.6g}\n",
+               "\"cpu_us_per_conn\":%.6g",
                p->transport, p->clients, p->seconds, warmup, rr_count_cpus(), load, tx, rate, p50,
                p99, (double)lat->max_ns / 1e3, cpu_us);
+    if (json && k->known)
+        printf(",\"carried\":%" PRIu64 ",\"kernel\":%" PRIu64, k->cli, k->cli_not);
+    if (json)
+        printf("}\n");
     else {
         printf("%-10s %7s %11s %9s %9s %9s %12s\n", "transport", "clients", "conns/s", "p50 us",
                "p99 us", "max us", "cpu us/conn");
@@ -214,6 +307,9 @@ static void out_rate(const struct bench_params *p, const struct rr_result *res, 
         printf("each: connect, %d bytes each way, close; %.3g s counted after %.3g s of "
                "warm-up; %d CPUs, load average %.2f at the start\n",
                CONN_PING, p->seconds, warmup, rr_count_cpus(), load);
+        if (k->known)
+            printf("carried by sovia: %" PRIu64 " of the clients' connections (on kernel "
+                   "TCP: %" PRIu64 ")\n", k->cli, k->cli_not);
     }
     fflush(stdout);
     free(lat);
@@ -230,13 +326,18 @@ static int run_connrate(const struct bench_params *p)
     char *sargv[] = {(char *)p->rr_worker, "rate-server", NULL};
     char *cargv[] = {(char *)p->rr_worker, "rate-client", addr, NULL};
     int64_t start, warm, end;
+    struct conns_carried k = {false, 0, 0, 0, 0};
+    struct carried c;
+    pid_t *pids = calloc((size_t)n, sizeof *pids);
     int rc = -1, len;
 
-    if (!pr || !res) {
+    if (!pr || !res || !pids) {
         free(pr);
         free(res);
+        free(pids);
         return BENCH_EXIT_FAIL;
     }
+    carried_begin(&c, p);
     getloadavg(load, 1);
     for (int i = 0; i <= n; i++)
         pr[i] = (struct rr_proc){-1, -1, -1};
@@ -278,11 +379,19 @@ fail_result:
     }
     rc = 0;
 out:
+    for (int i = 1; i <= n; i++)
+        pids[i - 1] = pr[i].pid;
     for (int i = n; i >= 0; i--)
         if (rr_proc_reap(&pr[i], "connrate", i ? "client" : "server", i - 1, rc == 0) != 0)
             rc = -1;
+    if (c.on) {
+        k.known = true;
+        carried_sum(&c, pids, n, &k.cli, &k.cli_not);
+    }
+    carried_end(&c);
+    free(pids);
     if (rc == 0)
-        out_rate(p, res, n + 1, warmup, load[0], p->json);
+        out_rate(p, res, n + 1, warmup, load[0], &k, p->json);
     else
         fprintf(stderr, "sovia bench connrate: %s: run failed\n", p->transport);
     free(pr);

@@ -103,6 +103,27 @@ class Conns(unittest.TestCase):
         self.assertGreater(r["client"]["shm_mapped_kib_per_conn"], 0, r)
 
 
+    def test_preload_says_what_it_carried(self):
+        # Without a SOVIA_STAT_LOG of the caller's, the bench reads the
+        # workers' own records (and leaves nothing behind).
+        env = {k: v for k, v in os.environ.items() if k != "SOVIA_STAT_LOG"}
+        with tempfile.TemporaryDirectory() as d:
+            env["TMPDIR"] = d
+            rc, out, err = run("bench", "conns", "--transport", "preload", "--count", "30",
+                               "--json", env=env)
+            self.assertEqual(rc, 0, err)
+            r = json.loads(out)
+            self.assertEqual(r["carried"], {"client": 30, "server": 30, "client_kernel": 0,
+                                            "server_kernel": 0})
+            rc, out, err = run("bench", "connrate", "--transport", "preload", "--seconds",
+                               "0.2", "--warmup", "0.1", "--json", env=env)
+            self.assertEqual(rc, 0, err)
+            r = json.loads(out)
+            self.assertGreaterEqual(r["carried"], r["conns"])
+            self.assertEqual(r["kernel"], 0)
+            self.assertEqual(os.listdir(d), [])
+
+
 class ConnRate(unittest.TestCase):
     def check(self, r, transport, clients):
         self.assertEqual(set(r), RATE_KEYS)

@@ -214,7 +214,10 @@ static const struct bench_mode_desc modes[] = {
      "                 connect_us_per_conn, connect_p50_us, connect_p99_us,\n"
      "                 ping_us_per_conn, close_us_per_conn, and client and server:\n"
      "                 fds, maps, shm_mapped_kib, shm_resident_kib, rss_kib (with\n"
-     "                 them all open) and each _per_conn\n",
+     "                 them all open) and each _per_conn; preload: carried\n"
+     "                 (client, server, client_kernel, server_kernel: connections\n"
+     "                 sovia carried and left on kernel TCP, from the workers'\n"
+     "                 exit records, unless SOVIA_STAT_LOG is set)\n",
      conns_opts},
     {"connrate", BENCH_CONNRATE, "connect + exchange + close, one after another, per second",
      "usage: sovia bench connrate --transport T [--clients C] [--seconds D]\n"
@@ -234,7 +237,8 @@ static const struct bench_mode_desc modes[] = {
      "  --warmup W     uncounted time before it (default 0.5, or D/2 if less)\n"
      "  --json         one JSON object: mode, transport, clients, seconds, warmup,\n"
      "                 cpus, load_1m, conns, conns_per_s, p50_us, p99_us, max_us,\n"
-     "                 cpu_us_per_conn\n",
+     "                 cpu_us_per_conn; preload: carried, kernel (the clients'\n"
+     "                 connections, as for conns)\n",
      connrate_opts},
 };
 
