@@ -233,6 +233,12 @@ int VipxFdClose(int Fd);
 VIP_BOOLEAN VipxFdIsOwn(int Fd);
 VIP_BOOLEAN VipxFdAppCloseBegin(int Fd);
 void VipxFdAppCloseEnd(void);
+/* Between these two, VipxFdClose closes nothing: the closes are made by
+ * VipxFdDeferEnd (an image importing its inherited connections, whose
+ * records may name one shared descriptor several times, must not have a
+ * number change hands halfway). */
+void VipxFdDeferBegin(void);
+void VipxFdDeferEnd(void);
 /* Whether Count more of the library's descriptors would still leave a
  * quarter of the soft RLIMIT_NOFILE free, counting the library's own
  * exactly and the program's as the lowest free number (all below it are

@@ -20,7 +20,8 @@ enum {
     BENCH_EXIT_UNAVAILABLE = 3, /* the transport cannot run on this machine */
 };
 
-enum bench_mode { BENCH_LAT, BENCH_BW, BENCH_SWEEP, BENCH_IDLE, BENCH_WAKE, BENCH_RR };
+enum bench_mode { BENCH_LAT, BENCH_BW, BENCH_SWEEP, BENCH_IDLE, BENCH_WAKE, BENCH_RR, BENCH_CONNS,
+                  BENCH_CONNRATE };
 
 struct bench_params {
     enum bench_mode mode;
@@ -38,6 +39,8 @@ struct bench_params {
     bool threads;
     double warmup; /* < 0: the default */
     const char *rr_worker; /* the sovia-rr executable (libc transports) */
+    unsigned long count;   /* conns: connections held at once */
+    unsigned clients;      /* connrate: client processes */
 };
 
 #define BENCH_DEFAULT_LAT_ITERS 100000u
@@ -54,6 +57,9 @@ struct bench_params {
 #define BENCH_RR_MAX_SIZE ((size_t)1 << 20)
 #define BENCH_RR_DEFAULT_SIZE 64
 #define BENCH_RR_DEFAULT_SECONDS 3.0
+/* conns, connrate (conn.h has the same). */
+#define BENCH_CONNS_MAX_COUNT 1000000ul
+#define BENCH_CONNRATE_MAX_CLIENTS 64u
 
 /* Runs one benchmark and prints its results; returns a BENCH_EXIT_* code. */
 int bench_run(const struct bench_params *p);

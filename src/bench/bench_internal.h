@@ -134,6 +134,10 @@ int bench_measure_idle(const struct bench_transport *t, void *ep, double seconds
 /* `wake`: two threads of this process, no transport (bench_wake.c). */
 int bench_run_wake(const struct bench_params *p);
 
+/* `conns`, `connrate`: what connections cost to hold and to make
+ * (conn_run.c, conn.h). */
+int bench_run_conns(const struct bench_params *p);
+
 /* `rr`: client and server processes under load (rr_run.c, rr.h). */
 int bench_run_rr(const struct bench_params *p);
 struct rr_result;

@@ -51,7 +51,9 @@ static int drive(const struct bench_transport *t, void *ep, const struct bench_p
         return bench_measure_sweep(t, ep, max_msg, p->json, cfg);
     case BENCH_WAKE:
     case BENCH_RR:
-        break; /* bench_run_wake / bench_run_rr, before any transport */
+    case BENCH_CONNS:
+    case BENCH_CONNRATE:
+        break; /* bench_run_wake / _rr / _conns, before any transport */
     case BENCH_IDLE: {
         struct bench_idle_sample s;
         if (bench_measure_idle(t, ep, p->seconds, &s) != 0)
@@ -93,6 +95,8 @@ int bench_run(const struct bench_params *p)
         return bench_run_wake(p);
     if (p->mode == BENCH_RR)
         return bench_run_rr(p);
+    if (p->mode == BENCH_CONNS || p->mode == BENCH_CONNRATE)
+        return bench_run_conns(p);
     if (!t) {
         fprintf(stderr, "sovia bench: unknown transport '%s' (see sovia bench --help)\n",
                 p->transport);

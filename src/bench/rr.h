@@ -153,6 +153,23 @@ struct rr_result {
  */
 int rr_worker_main(int argc, char **argv, const struct rr_ops *ops);
 
+/* rr_worker.c, for every worker: the soft RLIMIT_NOFILE up to the hard one;
+ * a whole write (0 or -1); a line; "go START WARM END" from fd 0 (0 or -1); this
+ * process's CPU time at WARM and at END into r (sleeps until each). */
+void rr_raise_nofile(void);
+int rr_write_all(int fd, const void *buf, size_t len);
+/* A line from fd 0 without its '\n' (one read per byte: nothing is read
+ * beyond it); -1 at its end. */
+int rr_read_line(char *line, size_t size);
+struct rr_marks;
+int rr_read_go(struct rr_marks *m, double drain_s);
+struct rr_result;
+void rr_sample_marks(const struct rr_marks *m, struct rr_result *r);
+
+/* conn_worker.c: the workers of `sovia bench conns` and `connrate` (argv[1]
+ * conns-server, conns-client, rate-server, rate-client; conn.h). */
+int conn_worker_main(int argc, char **argv, const struct rr_ops *ops);
+
 /* Inside the worker: one thread's loop. The connections are set up; the
  * client starts at start_ns. Fatal errors print and return -1. */
 struct rr_marks {

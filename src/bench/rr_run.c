@@ -12,32 +12,21 @@
  */
 #include "bench_internal.h"
 #include "rr.h"
+#include "rr_proc.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define SETUP_TIMEOUT_S 30.0  /* a worker's listeners or connections are up */
 #define RESULT_MARGIN_S 15.0  /* past the drain: a worker reports or is failed */
-#define EXIT_TIMEOUT_S 10.0
 #define START_DELAY_NS 2000000 /* from "go" to START: every worker has read it */
 #define ADDRS_LEN (RR_MAX_PAIRS * 24 + 16) /* a server's "ready" line */
 
 static const char *const rr_transports[] = {"tcp", "uds", "preload", "sovia", "sovia-block",
                                             "sovia-adaptive", NULL};
-
-struct proc {
-    pid_t pid;
-    int ctl, res; /* our ends: its fd 0 and fd 1 */
-};
 
 struct run {
     const struct bench_params *p;
@@ -45,7 +34,7 @@ struct run {
     int nprocs;  /* per side */
     int threads; /* per process */
     double warmup;
-    struct proc *srv, *cli;
+    struct rr_proc *srv, *cli;
     struct rr_result *res; /* clients, then servers */
 };
 
@@ -57,12 +46,22 @@ static bool known(const char *t)
     return false;
 }
 
-/* In a forked worker: the other workers' pipes are not its business. */
-static void close_others(const struct run *r, const struct proc *self)
+/* In a forked worker (sovia transports): the other workers' pipes are not
+ * its business; then the loops over the sov_* calls. */
+struct forked_ctx {
+    const struct run *r;
+    char **argv;
+    int argc;
+};
+
+static int forked_main(void *ctx, const struct rr_proc *self)
 {
+    const struct forked_ctx *f = ctx;
+    const struct run *r = f->r;
+
     for (int i = 0; i < r->nprocs; i++)
         for (int side = 0; side < 2; side++) {
-            const struct proc *o = side ? &r->cli[i] : &r->srv[i];
+            const struct rr_proc *o = side ? &r->cli[i] : &r->srv[i];
             if (o == self)
                 continue;
             if (o->ctl >= 0)
@@ -70,98 +69,13 @@ static void close_others(const struct run *r, const struct proc *self)
             if (o->res >= 0)
                 close(o->res);
         }
+    return rr_worker_main(f->argc, f->argv, &rr_sovia_ops);
 }
 
-static int spawn(struct run *r, struct proc *pr, char **argv, int argc)
+static int spawn(struct run *r, struct rr_proc *pr, char **argv, int argc)
 {
-    int ctl[2], res[2];
-    pid_t parent = getpid();
-
-    if (pipe2(ctl, O_CLOEXEC) != 0)
-        return -1;
-    if (pipe2(res, O_CLOEXEC) != 0) {
-        close(ctl[0]);
-        close(ctl[1]);
-        return -1;
-    }
-    fflush(NULL);
-    pr->pid = fork();
-    if (pr->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(1);
-        signal(SIGPIPE, SIG_DFL);
-        if (dup2(ctl[0], 0) < 0 || dup2(res[1], 1) < 0)
-            _exit(127);
-        close(ctl[1]);
-        close(res[0]);
-        if (r->forked) {
-            close_others(r, pr);
-            close(ctl[0]);
-            close(res[1]);
-            exit(rr_worker_main(argc, argv, &rr_sovia_ops));
-        }
-        execv(r->p->rr_worker, argv);
-        fprintf(stderr, "sovia bench rr: %s: %s\n", r->p->rr_worker, strerror(errno));
-        _exit(127);
-    }
-    close(ctl[0]);
-    close(res[1]);
-    if (pr->pid < 0) {
-        close(ctl[1]);
-        close(res[0]);
-        return -1;
-    }
-    pr->ctl = ctl[1];
-    pr->res = res[0];
-    return 0;
-}
-
-/* Reads exactly len bytes (or a line, if line) before the deadline. */
-static ssize_t read_by(int fd, void *buf, size_t len, bool line, double deadline)
-{
-    char *p = buf;
-    size_t got = 0;
-
-    while (got < len) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        double left = deadline - bench_now();
-        ssize_t n;
-        int r;
-        if (left <= 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        r = poll(&pfd, 1, (int)(left * 1000) + 1);
-        if (r < 0 && errno != EINTR)
-            return -1;
-        if (r <= 0)
-            continue;
-        n = read(fd, p + got, line ? 1 : len - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            errno = n == 0 ? EPIPE : errno;
-            return -1;
-        }
-        got += (size_t)n;
-        if (line && p[got - 1] == '\n') {
-            p[got - 1] = '\0';
-            return (ssize_t)got;
-        }
-    }
-    if (line) {
-        errno = EMSGSIZE;
-        return -1;
-    }
-    return (ssize_t)got;
-}
-
-static int report_error(const char *who, int i, const char *what)
-{
-    fprintf(stderr, "sovia bench rr: %s %d: %s: %s\n", who, i, what,
-            errno == EPIPE ? "it exited" : strerror(errno));
-    return -1;
+    struct forked_ctx f = {r, argv, argc};
+    return rr_proc_spawn(pr, r->p->rr_worker, argv, r->forked ? forked_main : NULL, &f);
 }
 
 static void fmt_uint(char *buf, size_t len, unsigned long v)
@@ -200,12 +114,12 @@ static int start_servers(struct run *r, char (*addrs)[ADDRS_LEN])
         char line[ADDRS_LEN];
         build_args(r, &a, "server", i);
         if (spawn(r, &r->srv[i], a.argv, a.argc) != 0)
-            return report_error("server", i, "start");
-        if (read_by(r->srv[i].res, line, sizeof line, true, bench_now() + SETUP_TIMEOUT_S) < 0)
-            return report_error("server", i, "listening");
+            return rr_report_error("rr", "server", i, "start");
+        if (rr_read_by(r->srv[i].res, line, sizeof line, true, bench_now() + SETUP_TIMEOUT_S) < 0)
+            return rr_report_error("rr", "server", i, "listening");
         if (strncmp(line, "ready ", 6) != 0) {
             errno = EPROTO;
-            return report_error("server", i, "listening");
+            return rr_report_error("rr", "server", i, "listening");
         }
         memcpy(addrs[i], line + 6, strlen(line + 6) + 1);
     }
@@ -227,18 +141,18 @@ static int start_clients(struct run *r, char (*addrs)[ADDRS_LEN])
         a.argv[a.argc] = NULL;
         if (n != r->threads || tok) {
             errno = EPROTO;
-            return report_error("server", i, "listening addresses");
+            return rr_report_error("rr", "server", i, "listening addresses");
         }
         if (spawn(r, &r->cli[i], a.argv, a.argc) != 0)
-            return report_error("client", i, "start");
+            return rr_report_error("rr", "client", i, "start");
     }
     for (int i = 0; i < r->nprocs; i++) {
         char line[32];
-        if (read_by(r->cli[i].res, line, sizeof line, true, bench_now() + SETUP_TIMEOUT_S) < 0)
-            return report_error("client", i, "connecting");
+        if (rr_read_by(r->cli[i].res, line, sizeof line, true, bench_now() + SETUP_TIMEOUT_S) < 0)
+            return rr_report_error("rr", "client", i, "connecting");
         if (strcmp(line, "ready") != 0) {
             errno = EPROTO;
-            return report_error("client", i, "connecting");
+            return rr_report_error("rr", "client", i, "connecting");
         }
     }
     return 0;
@@ -256,9 +170,9 @@ static int send_go(struct run *r, int64_t *end_ns)
                    (long long)*end_ns);
     for (int side = 0; side < 2; side++)
         for (int i = 0; i < r->nprocs; i++) {
-            struct proc *pr = side ? &r->srv[i] : &r->cli[i];
+            struct rr_proc *pr = side ? &r->srv[i] : &r->cli[i];
             if (write(pr->ctl, go, (size_t)len) != len)
-                return report_error(side ? "server" : "client", i, "start");
+                return rr_report_error("rr", side ? "server" : "client", i, "start");
         }
     return 0;
 }
@@ -270,16 +184,16 @@ static int collect(struct run *r, int64_t end_ns)
 
     for (int side = 0; side < 2; side++)
         for (int i = 0; i < r->nprocs; i++) {
-            struct proc *pr = side ? &r->srv[i] : &r->cli[i];
+            struct rr_proc *pr = side ? &r->srv[i] : &r->cli[i];
             struct rr_result *res = &r->res[side * r->nprocs + i];
             const char *who = side ? "server" : "client";
-            if (read_by(pr->res, res, sizeof *res, false, deadline) < 0)
-                return report_error(who, i, "result");
+            if (rr_read_by(pr->res, res, sizeof *res, false, deadline) < 0)
+                return rr_report_error("rr", who, i, "result");
             if (res->magic != RR_RESULT_MAGIC ||
                 res->role != (uint64_t)(side ? RR_ROLE_SERVER : RR_ROLE_CLIENT) ||
                 res->threads != (uint64_t)r->threads) {
                 errno = EPROTO;
-                return report_error(who, i, "result");
+                return rr_report_error("rr", who, i, "result");
             }
         }
     return 0;
@@ -291,42 +205,11 @@ static int reap(struct run *r, bool ok)
     int rc = 0;
 
     for (int side = 0; side < 2; side++)
-        for (int i = 0; i < r->nprocs; i++) {
-            struct proc *pr = side ? &r->srv[i] : &r->cli[i];
-            if (pr->ctl >= 0)
-                close(pr->ctl);
-            if (pr->res >= 0)
-                close(pr->res);
-            if (pr->pid <= 0)
-                continue;
-            if (!ok) {
-                bench_kill_child(pr->pid);
-                continue;
-            }
-            int st = bench_wait_child(pr->pid, EXIT_TIMEOUT_S);
-            if (st != 0) {
-                fprintf(stderr, "sovia bench rr: %s %d exited with status %d\n",
-                        side ? "server" : "client", i, st);
+        for (int i = 0; i < r->nprocs; i++)
+            if (rr_proc_reap(side ? &r->srv[i] : &r->cli[i], "rr", side ? "server" : "client", i,
+                             ok) != 0)
                 rc = -1;
-            }
-        }
     return rc;
-}
-
-static int count_cpus(void)
-{
-    cpu_set_t set;
-    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-}
-
-static double children_cpu_s(void)
-{
-    struct rusage ru;
-
-    if (getrusage(RUSAGE_CHILDREN, &ru) != 0)
-        return 0.0;
-    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
-           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
 static int check(const struct bench_params *p, bool forked)
@@ -355,7 +238,7 @@ int bench_run_rr(const struct bench_params *p)
     struct run r = {.p = p, .forked = rr_sovia_wait_mode(p->transport) >= 0};
     struct rr_run_info info;
     char (*addrs)[ADDRS_LEN];
-    double cpu0 = children_cpu_s(), load[1] = {0};
+    double cpu0 = rr_children_cpu_s(), load[1] = {0};
     void (*old_pipe)(int);
     int64_t end_ns;
     int rc = check(p, r.forked);
@@ -379,7 +262,7 @@ int bench_run_rr(const struct bench_params *p)
         return BENCH_EXIT_FAIL;
     }
     for (int i = 0; i < r.nprocs; i++)
-        r.srv[i] = r.cli[i] = (struct proc){.pid = -1, .ctl = -1, .res = -1};
+        r.srv[i] = r.cli[i] = (struct rr_proc){.pid = -1, .ctl = -1, .res = -1};
     getloadavg(load, 1);
     /* A worker that dies must not take this process with it. */
     old_pipe = signal(SIGPIPE, SIG_IGN);
@@ -398,8 +281,8 @@ int bench_run_rr(const struct bench_params *p)
             .transport = p->transport, .pairs = p->pairs, .conns = p->conns,
             .procs_per_side = (unsigned)r.nprocs, .threads_per_proc = (unsigned)r.threads,
             .size = p->size, .threads = p->threads, .seconds = p->seconds,
-            .warmup = r.warmup, .cpus = count_cpus(), .load_1m = load[0],
-            .cpu_total_s = children_cpu_s() - cpu0};
+            .warmup = r.warmup, .cpus = rr_count_cpus(), .load_1m = load[0],
+            .cpu_total_s = rr_children_cpu_s() - cpu0};
         bench_out_rr(&info, r.res, (size_t)r.nprocs * 2, p->json);
     } else {
         fprintf(stderr, "sovia bench rr: %s: run failed\n", p->transport);

@@ -102,7 +102,7 @@ static int parse(int argc, char **argv, struct wopts *o)
 
 /* Room for every connection (the sockets layer may need several
  * descriptors per connection): the soft limit up to the hard one. */
-static void raise_nofile(void)
+void rr_raise_nofile(void)
 {
     struct rlimit r;
 
@@ -112,7 +112,7 @@ static void raise_nofile(void)
     }
 }
 
-static int write_all(int fd, const void *buf, size_t len)
+int rr_write_all(int fd, const void *buf, size_t len)
 {
     const char *p = buf;
 
@@ -128,14 +128,11 @@ static int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-/* "go START WARM END" from fd 0. */
-static int read_go(struct rr_marks *m, double drain_s)
+int rr_read_line(char *line, size_t size)
 {
-    char line[128];
     size_t len = 0;
-    long long s, w, e;
 
-    while (len + 1 < sizeof line) {
+    while (len + 1 < size) {
         ssize_t n = read(0, line + len, 1);
         if (n < 0 && errno == EINTR)
             continue;
@@ -146,6 +143,17 @@ static int read_go(struct rr_marks *m, double drain_s)
         len++;
     }
     line[len] = '\0';
+    return 0;
+}
+
+/* "go START WARM END" from fd 0. */
+int rr_read_go(struct rr_marks *m, double drain_s)
+{
+    char line[128];
+    long long s, w, e;
+
+    if (rr_read_line(line, sizeof line) != 0)
+        return -1;
     if (sscanf(line, "go %lld %lld %lld", &s, &w, &e) != 3 || !(s <= w && w <= e))
         return -1;
     m->start_ns = s;
@@ -161,7 +169,7 @@ static uint64_t tv_ns(struct timeval tv)
 }
 
 /* This process's CPU time at WARM and at END, and how late each was read. */
-static void sample_marks(const struct rr_marks *m, struct rr_result *r)
+void rr_sample_marks(const struct rr_marks *m, struct rr_result *r)
 {
     int64_t at[2] = {m->warm_ns, m->end_ns};
 
@@ -227,7 +235,7 @@ static int setup(const struct wopts *o, const struct rr_ops *ops, struct wthread
         len += 1 + strlen(line + len + 1);
     }
     line[len++] = '\n';
-    if (write_all(1, line, len) != 0) {
+    if (rr_write_all(1, line, len) != 0) {
         fprintf(stderr, "sovia-rr: cannot report to the bench: %s\n", strerror(errno));
         goto fail;
     }
@@ -255,11 +263,14 @@ int rr_worker_main(int argc, char **argv, const struct rr_ops *ops)
     struct wthread *w;
     struct rr_result *res;
     struct rr_marks m = {0, 0, 0, 0};
-    int rc = parse(argc, argv, &o), started = 0;
+    int rc, started = 0;
 
+    if (argc >= 2 && (strncmp(argv[1], "conns-", 6) == 0 || strncmp(argv[1], "rate-", 5) == 0))
+        return conn_worker_main(argc, argv, ops);
+    rc = parse(argc, argv, &o);
     if (rc != 0)
         return rc;
-    raise_nofile();
+    rr_raise_nofile();
     if (ops->proc_init(o.transport) != 0) {
         fprintf(stderr, "sovia-rr: %s: %s\n", o.transport, strerror(errno));
         return 1;
@@ -282,7 +293,7 @@ int rr_worker_main(int argc, char **argv, const struct rr_ops *ops)
     if (setup(&o, ops, w) != 0)
         return 1;
     /* Servers serve from now on; clients start at START. */
-    if (o.role == RR_ROLE_CLIENT && read_go(&m, o.drain_s) != 0) {
+    if (o.role == RR_ROLE_CLIENT && rr_read_go(&m, o.drain_s) != 0) {
         fprintf(stderr, "sovia-rr client %d: no start from the bench\n", o.id);
         return 1;
     }
@@ -295,12 +306,12 @@ int rr_worker_main(int argc, char **argv, const struct rr_ops *ops)
         }
         started++;
     }
-    if (rc == 0 && o.role == RR_ROLE_SERVER && read_go(&m, o.drain_s) != 0) {
+    if (rc == 0 && o.role == RR_ROLE_SERVER && rr_read_go(&m, o.drain_s) != 0) {
         fprintf(stderr, "sovia-rr server %d: no start from the bench\n", o.id);
         rc = 1;
     }
     if (rc == 0)
-        sample_marks(&m, res);
+        rr_sample_marks(&m, res);
     res->magic = RR_RESULT_MAGIC;
     res->role = (uint64_t)o.role;
     res->threads = (uint64_t)o.threads;
@@ -313,7 +324,7 @@ int rr_worker_main(int argc, char **argv, const struct rr_ops *ops)
         res->unanswered += w[t].t.unanswered;
         rr_hist_merge(&res->lat, &w[t].t.lat);
     }
-    if (rc == 0 && write_all(1, res, sizeof *res) != 0) {
+    if (rc == 0 && rr_write_all(1, res, sizeof *res) != 0) {
         fprintf(stderr, "sovia-rr: cannot report to the bench: %s\n", strerror(errno));
         rc = 1;
     }

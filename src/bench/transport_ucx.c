@@ -214,6 +214,8 @@ static int ucx_run_external(const struct bench_params *p)
         return BENCH_EXIT_UNAVAILABLE;
     case BENCH_WAKE:
     case BENCH_RR:
+    case BENCH_CONNS:
+    case BENCH_CONNRATE:
         break; /* bench_run_wake / bench_run_rr, before any transport */
     }
     return BENCH_EXIT_USAGE;

@@ -442,8 +442,13 @@ void sov_inherit_import(void)
         VipxFdClose(memfd);
         return;
     }
+    /* Records may name one shared descriptor several times (the provider
+     * holds it once for many connections): no number is closed, and none
+     * can change hands, until every record is in. */
+    VipxFdDeferBegin();
     for (uint32_t i = 0; i < hdr.nconns; i++)
         if (!import_conn(memfd))
             break;
+    VipxFdDeferEnd();
     VipxFdClose(memfd);
 }

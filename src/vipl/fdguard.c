@@ -187,12 +187,117 @@ VIPL_EXPORT VIP_BOOLEAN VipxFdRoom(int Count)
     return low >= 0 && low + own + Count + limit / 4 <= limit;
 }
 
+/* ---- Shared descriptors and deferred closes ------------------------------
+ *
+ * A descriptor the provider holds once for many connections (a peer's CQ
+ * armed page and wake-up socket) is named by each of them in an exec's
+ * export, so a new image sees one number several times: closing it on one
+ * connection's failure path would take it from the others. A pinned
+ * descriptor is closed only by unpinning it first (its last user), and
+ * while an image imports its connections no number is closed at all
+ * (a number closed by one connection's failure and named by the next
+ * could be handed to another descriptor meanwhile): the closes wait for
+ * VipxFdDeferEnd, which makes those not pinned by then. */
+
+static pthread_mutex_t pin_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int npinned;
+static atomic_bool deferring;
+static int *pins, *deferred;
+static size_t pins_cap, ndeferred, deferred_cap;
+
+static bool push_fd(int **v, size_t *n, size_t *cap, int fd)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 16;
+        int *nv = realloc(*v, c * sizeof(**v));
+        if (!nv)
+            return false;
+        *v = nv;
+        *cap = c;
+    }
+    (*v)[(*n)++] = fd;
+    return true;
+}
+
+static bool pinned_locked(int fd)
+{
+    for (int i = 0; i < atomic_load(&npinned); i++)
+        if (pins[i] == fd)
+            return true;
+    return false;
+}
+
+int vipl_fd_pin(int fd, bool pin)
+{
+    int rc = 0;
+    pthread_mutex_lock(&pin_lock);
+    if (pin) {
+        size_t n = (size_t)atomic_load(&npinned);
+        if (!pinned_locked(fd)) {
+            if (push_fd(&pins, &n, &pins_cap, fd))
+                atomic_store(&npinned, (int)n);
+            else
+                rc = -ENOMEM;
+        }
+    } else {
+        for (int i = 0; i < atomic_load(&npinned); i++)
+            if (pins[i] == fd) {
+                pins[i] = pins[atomic_load(&npinned) - 1];
+                atomic_fetch_sub(&npinned, 1);
+                break;
+            }
+    }
+    pthread_mutex_unlock(&pin_lock);
+    return rc;
+}
+
+/* True when the close is not to be made now (pinned, or deferred). */
+static bool close_held(int fd)
+{
+    if (atomic_load(&npinned) == 0 && !atomic_load(&deferring))
+        return false;
+    pthread_mutex_lock(&pin_lock);
+    bool held = pinned_locked(fd) ||
+                (atomic_load(&deferring) && push_fd(&deferred, &ndeferred, &deferred_cap, fd));
+    pthread_mutex_unlock(&pin_lock);
+    return held;
+}
+
+VIPL_EXPORT void VipxFdDeferBegin(void)
+{
+    atomic_store(&deferring, true);
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+VIPL_EXPORT void VipxFdDeferEnd(void)
+{
+    pthread_mutex_lock(&pin_lock);
+    atomic_store(&deferring, false);
+    int *v = deferred;
+    size_t n = ndeferred;
+    deferred = NULL;
+    ndeferred = deferred_cap = 0;
+    pthread_mutex_unlock(&pin_lock);
+    if (v)
+        qsort(v, n, sizeof(*v), cmp_int);
+    for (size_t i = 0; i < n; i++)
+        if (i == 0 || v[i] != v[i - 1])
+            VipxFdClose(v[i]); /* a pinned one stays */
+    free(v);
+}
+
 VIPL_EXPORT int VipxFdClose(int Fd)
 {
     if (Fd < 0) {
         errno = EBADF;
         return -1;
     }
+    if (close_held(Fd))
+        return 0;
     VipxFdCreateBegin(); /* the number must not change hands halfway */
     mark(Fd, false);
     /* Through close() (a preload's too: ThreadSanitizer must see every
@@ -224,6 +329,7 @@ VIPL_EXPORT void VipxFdAppCloseEnd(void)
 /* A forked child has one thread: brackets of the others never end there. */
 static void forked_child(void)
 {
+    pthread_mutex_init(&pin_lock, NULL);
     atomic_store(&creating, bracket_depth > 0);
     atomic_store(&app_closing, 0);
 }

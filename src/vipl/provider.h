@@ -307,6 +307,9 @@ int vipl_fd_eventfd(unsigned initval, int flags);
 int vipl_fd_epoll(int flags);
 int vipl_fd_pidfd(pid_t pid);
 int vipl_fd_dup(int fd); /* F_DUPFD_CLOEXEC */
+/* Pinned: VipxFdClose leaves it open until it is unpinned (a descriptor
+ * many connections share, closed by its last user). 0 or -ENOMEM. */
+int vipl_fd_pin(int fd, bool pin);
 struct msghdr;
 ssize_t vipl_fd_recvmsg(int sock, struct msghdr *mh, int flags); /* adopts SCM_RIGHTS */
 

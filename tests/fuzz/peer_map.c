@@ -53,6 +53,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct fz_in in = {data, size};
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    static struct shm_nic nic; /* the shared entries (socket mode) only */
+    if (!nic.page) {
+        nic.page = page;
+        shm_shared_init(&nic);
+    }
     shm_ring_socket(); /* made once per process, at a holder's first wake-up */
     int before = fz_count_fds();
 
@@ -61,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_read_peer(&in, &m, fds);
 
     struct shm_peer peer;
-    int rc = shm_peer_map(&peer, fds, &m, page);
+    int rc = shm_peer_map(&peer, fds, &m, &nic);
     fz_trace("shm_peer_map: %d", rc);
     FZ_CHECK(rc == 0 || rc == -EPROTO || rc == -ENOMEM);
     if (rc == 0) {
@@ -73,6 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < 4; i++)
         if (fds[i] >= 0)
             close(fds[i]);
+    FZ_CHECK(nic.nshared == 0); /* the last connection let go of them */
     FZ_CHECK(fz_count_fds() == before);
     return 0;
 }

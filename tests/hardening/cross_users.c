@@ -11,7 +11,8 @@
  *              the first echo); neither side holds a descriptor of the
  *              other's sockets (its kernel socket, its completion queue's
  *              wake-up socket) nor maps any of its memory but that
- *              connection's two ring segments (sovia-vi-ctl, sovia-vi-rx).
+ *              connection's two ring segments (sovia-vi-ctl, sovia-vi-rx; under
+ *              sovia run both in one memfd, sovia-vi-ctlrx).
  *              The same check between A's own client and server finds A's
  *              completion-queue socket shared (the control: it sees what it
  *              looks for).
@@ -76,6 +77,7 @@ static void held_add(struct held *h, unsigned long ino, enum held_kind kind, con
 
 static enum held_kind memfd_kind(const char *name)
 {
+    /* sovia-vi-ctl, and sovia-vi-ctlrx (an inheritable VI's one memfd). */
     return strncmp(name, "/memfd:sovia-vi-ctl", 19) == 0 || strncmp(name, "/memfd:sovia-vi-rx", 18) == 0
                ? HELD_RING
                : HELD_OTHER_MEMFD;

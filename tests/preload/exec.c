@@ -8,10 +8,16 @@
  *  - inetd style: accept, fork, the child puts the socket on stdin and
  *    stdout, closes every other descriptor (closefrom) and execs an echo
  *    program that uses stdio; the parent closes its copy;
- *  - an exec that fails leaves the connection as it was.
+ *  - an exec that fails leaves the connection as it was;
+ *  - several connections from one client process: the provider holds the
+ *    client's CQ armed page and wake-up socket once for all of them, so
+ *    every connection's export names the same two descriptors; the new
+ *    image takes them once, and every connection still wakes its peer
+ *    (the client sleeps between exchanges) and moves its bytes.
  */
 #include "pharness.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -81,6 +87,90 @@ static void exec_client(struct p_role *r)
     char c;
     CHECK_EQ(read(fd, &c, 1), 0);
     SYS(close(fd));
+    p_barrier(r);
+}
+
+/* ---- several connections to one peer process across exec ---------------- */
+
+#define NSEVERAL 4
+
+/* Descriptors of this process naming a memfd called `name`. */
+static int count_memfds(const char *name)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+    CHECK(d != NULL);
+    while ((e = readdir(d))) {
+        char path[300], target[256];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        if (len > 0) {
+            target[len] = '\0';
+            n += strncmp(target, "/memfd:", 7) == 0 && strstr(target, name) != NULL;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+static void several_server(struct p_role *r)
+{
+    char arg[64] = "";
+    for (int i = 0; i < NSEVERAL; i++) {
+        int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+        char c;
+        p_read_all(fd, &c, 1);
+        CHECK_EQ(c, 'a' + i);
+        snprintf(arg + strlen(arg), sizeof arg - strlen(arg), "%s%d", i ? "," : "", fd);
+    }
+    p_exec_again(r, "several", arg);
+}
+
+static int several_after_exec(struct p_role *r, const char *arg)
+{
+    int fds[NSEVERAL];
+    const char *p = arg;
+    for (int i = 0; i < NSEVERAL; i++) {
+        fds[i] = atoi(p);
+        p = strchr(p, ',');
+        CHECK(p != NULL || i == NSEVERAL - 1);
+        p = p ? p + 1 : p;
+    }
+    /* Ours and the client's: one each, whatever the connections. */
+    int armed = count_memfds("sovia-cq-armed");
+    if (armed != 2)
+        FAILF("%d descriptors of CQ armed pages after exec, want 2", armed);
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < NSEVERAL; i++) {
+            char b[64];
+            p_read_all(fds[i], b, sizeof b);
+            p_write_all(fds[i], b, sizeof b);
+        }
+    for (int i = 0; i < NSEVERAL; i++) {
+        char c;
+        CHECK_EQ(read(fds[i], &c, 1), 0);
+        SYS(close(fds[i]));
+    }
+    p_barrier(r);
+    return 0;
+}
+
+static void several_client(struct p_role *r)
+{
+    int fds[NSEVERAL];
+    for (int i = 0; i < NSEVERAL; i++) {
+        fds[i] = p_connect(r->port);
+        char c = (char)('a' + i);
+        p_write_all(fds[i], &c, 1);
+    }
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < NSEVERAL; i++) {
+            p_sleep_ms(20); /* the server sleeps: each send must wake it */
+            p_exchange(fds[i], 64, (uint64_t)(round * NSEVERAL + i));
+        }
+    for (int i = 0; i < NSEVERAL; i++)
+        SYS(close(fds[i]));
     p_barrier(r);
 }
 
@@ -172,6 +262,8 @@ int main(int argc, char **argv)
     const char *what = p_exec_role(argc, argv, &again, &extra);
     if (what && strcmp(what, "continue") == 0)
         return continue_after_exec(&again, extra);
+    if (what && strcmp(what, "several") == 0)
+        return several_after_exec(&again, extra);
     if (what && strcmp(what, "stdin-echo") == 0)
         return stdin_echo();
     if (what)
@@ -183,5 +275,7 @@ int main(int argc, char **argv)
      * harness checks the server role's pid, the parent). */
     p_case("inetd_fork_dup2_exec", inetd_server, inetd_client, P_NO_STATS);
     p_case("failed_exec_keeps_connection", failed_exec_server, failed_exec_client, P_CARRIED);
+    p_expect_carried(NSEVERAL);
+    p_case("several_connections_one_peer", several_server, several_client, P_CARRIED);
     return p_done();
 }

@@ -167,7 +167,8 @@ class Report(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         names = [l.split()[0] for l in p.stdout.splitlines() if l.strip()]
         self.assertEqual(names, ["latency", "wakeup", "bandwidth", "waitmodes", "netpipe",
-                                 "overhead", "model", "peers", "ftp", "rpc", "issues", "load"])
+                                 "overhead", "model", "peers", "ftp", "rpc", "issues", "load",
+                                 "conns"])
 
 
 if __name__ == "__main__":

@@ -93,6 +93,11 @@ struct shm_msg {
     uint16_t host_len, disc_len;  /* the sender's own address */
     uint8_t addr[16 + VIPL_MAX_DISC];
     uint64_t wake_id; /* SHM_WAKE_NAMED: the CQ's wake-up socket */
+    /* Nonzero: ctl and rx are one memfd (fds 0 and 1 name it), rx at this
+     * page-aligned offset, ctl before it (an inheritable VI: one
+     * descriptor per end to keep for exec instead of two). */
+    uint32_t rx_off;
+    uint32_t pad;
 };
 
 /* What we map of the connected peer and how we reach it. */
@@ -111,13 +116,22 @@ struct shm_peer {
     uint64_t wake_named;                /* SHM_WAKE_NAMED: its CQ's wake-up socket (0: none) */
     void *armed_map, *word_map;
     size_t armed_len, word_len;
+    /* Socket mode: the armed page and the wake-up socket are the NIC's,
+     * shared by every connection to that peer CQ (shm_shared.c). */
+    struct shm_nic *nic;
+    struct shm_shared *armed_sh, *sock_sh;
     /* The peer's geometry, copied once and validated at connect. */
     uint32_t depth, mask, reg_slots, data_off, rx_size;
     uint32_t posted_seen; /* last value read from ctl->live.posted */
     uint32_t consumed;    /* receive slots used so far */
     VIP_VI_ATTRIBUTES attrs;
     int sock;  /* the connection socket, watched by the agent */
-    int pidfd; /* the peer process, watched by the agent */
+    /* The peer process: its pidfd until the agent watches it, then the
+     * agent's watch of it, one per peer process (shm_agent.c). watch_pid:
+     * it was watched until the VI was unwatched (the exec export). */
+    int pidfd;
+    struct shm_pidwatch *pidw;
+    bool watch_pid;
     pid_t pid;
     /* Inheritable VIs only: what the next image needs to map the peer again
      * (its message, and its ctl, rx, armed and word descriptors; -1 when
@@ -150,6 +164,9 @@ struct shm_vi {
     struct shm_rx *rx;
     size_t ctl_len, rx_len;
     int ctl_fd, rx_fd;
+    /* Inheritable VIs: ctl and rx are one memfd (ctl_fd; rx_fd is -1) and
+     * one mapping, rx right after ctl. Decided at the first creation. */
+    bool merged;
     uint32_t depth, mask;
     uint32_t staging_off, staging_len, arena_off, arena_len;
     uint8_t *arena;
@@ -242,11 +259,17 @@ struct shm_listener {
 
 struct shm_agent;
 
+struct shm_shared;
+
 struct shm_nic {
     pthread_mutex_t lock; /* listeners */
     struct shm_listener *listeners;
     struct shm_agent *agent;
     size_t page;
+    /* What peers give every connection alike, held once (shm_shared.c). */
+    pthread_mutex_t shared_lock;
+    struct shm_shared **shared;
+    size_t nshared, capshared;
 };
 
 static inline struct shm_vi *shm_vi(struct vipl_vi *vi)
@@ -270,7 +293,8 @@ int shm_seal(int fd, bool owner_only);
 void *shm_map_fixed(void *at, int fd, size_t len);
 int shm_vi_segments_create(struct shm_vi *vi);
 void shm_vi_segments_destroy(struct shm_vi *vi);
-int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m, size_t page);
+int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m,
+                 struct shm_nic *snic);
 void shm_peer_unmap(struct shm_peer *peer);
 void shm_peer_free(struct shm_peer *peer); /* unmap, close its descriptors, free */
 
@@ -371,6 +395,18 @@ void shm_close_listeners(struct shm_nic *snic);
 void shm_forget_listeners(struct shm_nic *snic); /* in a forked child */
 /* Best-effort one-message notice to the peer (BROKEN / DISCONNECT). */
 void shm_conn_notify(struct shm_peer *peer, enum shm_msg_type type);
+
+/* shm_shared.c: a peer's CQ armed page (map_len: mapped read-only) or
+ * wake-up socket (map_len 0), once per NIC whatever the connections. get
+ * takes *fd (set to -1; closed if an entry for that file exists); NULL if
+ * out of memory or the mapping fails (*fd is then left to the caller). */
+void shm_shared_init(struct shm_nic *snic);
+struct shm_shared *shm_shared_get(struct shm_nic *snic, int *fd, size_t map_len);
+int shm_shared_fd(const struct shm_shared *e);
+void *shm_shared_map(const struct shm_shared *e);
+void shm_shared_put(struct shm_nic *snic, struct shm_shared *e);
+void shm_shared_after_fork(struct shm_nic *snic);
+void shm_shared_destroy(struct shm_nic *snic);
 
 /* shm_agent.c */
 struct shm_agent *shm_agent_start(void);

@@ -5,9 +5,11 @@
  * wakes every waiter and flushes the posted receives. It sleeps in
  * epoll_wait the rest of the time.
  *
- * Each watched VI contributes its connection socket and a pidfd of the peer
- * process (the socket alone misses a death when a forked child still holds
- * it by accident). A peer that shares its end with a child on purpose says
+ * Each watched VI contributes its connection socket and the peer process's
+ * pidfd (the socket alone misses a death when a forked child still holds
+ * it by accident). The pidfd is one per peer process, whatever its number
+ * of connections (`struct shm_pidwatch`, counted per VI): a pidfd per
+ * connection was a descriptor per connection. A peer that shares its end with a child on purpose says
  * so (SHM_MSG_SHARED, VipxViShare): its pid is no longer watched, and the
  * connection ends when the socket reaches end-of-file, after the last
  * holder. Events are taken one at a time and checked against the set of VIs
@@ -15,6 +17,7 @@
  * touched after it was torn down.
  */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -26,13 +29,91 @@
 
 #define PIDFD_TAG 1u
 
+/* A watched peer process: its pidfd in the epoll set, and the VIs that
+ * watch it (refs). */
+struct shm_pidwatch {
+    pid_t pid;
+    int fd;
+    unsigned refs;
+};
+
 struct shm_agent {
     pthread_t thread;
     int epfd, stopfd;
     pthread_mutex_t lock; /* recursive: the error handler may tear the VI down */
     struct shm_vi **watched;
     size_t n, cap;
+    struct shm_pidwatch **pids;
+    size_t npids, cappids;
 };
+
+/* The process a pidfd names has exited (or cannot be asked). */
+static bool pidfd_exited(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, 0) != 0;
+}
+
+static struct shm_pidwatch *pidwatch_find(struct shm_agent *a, const struct shm_pidwatch *w)
+{
+    for (size_t i = 0; i < a->npids; i++)
+        if (a->pids[i] == w)
+            return a->pids[i];
+    return NULL;
+}
+
+/* The watch of the process *pidfd names (taken: set to -1), shared with the
+ * VIs that watch it already. Both pidfds still running with one pid name
+ * the same process. NULL when out of memory (*pidfd left). */
+static struct shm_pidwatch *pidwatch_get(struct shm_agent *a, pid_t pid, int *pidfd)
+{
+    bool alive = !pidfd_exited(*pidfd);
+    struct shm_pidwatch *w;
+
+    for (size_t i = 0; alive && i < a->npids; i++) {
+        w = a->pids[i];
+        if (w->pid == pid && !pidfd_exited(w->fd)) {
+            w->refs++;
+            VipxFdClose(*pidfd);
+            *pidfd = -1;
+            return w;
+        }
+    }
+    if (a->npids == a->cappids) {
+        size_t cap = a->cappids ? a->cappids * 2 : 8;
+        struct shm_pidwatch **n = realloc(a->pids, cap * sizeof(*n));
+        if (!n)
+            return NULL;
+        a->pids = n;
+        a->cappids = cap;
+    }
+    w = calloc(1, sizeof(*w));
+    if (!w)
+        return NULL;
+    *w = (struct shm_pidwatch){.pid = pid, .fd = *pidfd, .refs = 1};
+    struct epoll_event pev = {.events = EPOLLIN, .data.u64 = (uintptr_t)w | PIDFD_TAG};
+    if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, w->fd, &pev) != 0) {
+        free(w);
+        return NULL;
+    }
+    a->pids[a->npids++] = w;
+    *pidfd = -1;
+    return w;
+}
+
+static void pidwatch_put(struct shm_agent *a, struct shm_pidwatch *w)
+{
+    if (--w->refs)
+        return;
+    for (size_t i = 0; i < a->npids; i++)
+        if (a->pids[i] == w) {
+            a->pids[i] = a->pids[--a->npids];
+            break;
+        }
+    epoll_ctl(a->epfd, EPOLL_CTL_DEL, w->fd, NULL);
+    VipxFdClose(w->fd);
+    free(w);
+}
 
 static bool is_watched(struct shm_agent *a, struct shm_vi *vi)
 {
@@ -46,8 +127,11 @@ enum peer_news { PEER_ALIVE, PEER_CLOSED, PEER_BROKEN };
 
 static void stop_watching_pid(struct shm_agent *a, struct shm_peer *peer)
 {
+    if (peer->pidw) {
+        pidwatch_put(a, peer->pidw);
+        peer->pidw = NULL;
+    }
     if (peer->pidfd >= 0) {
-        epoll_ctl(a->epfd, EPOLL_CTL_DEL, peer->pidfd, NULL);
         VipxFdClose(peer->pidfd);
         peer->pidfd = -1;
     }
@@ -97,10 +181,62 @@ static void unwatch_locked(struct shm_agent *a, struct shm_vi *vi)
         }
     if (vi->peer) {
         epoll_ctl(a->epfd, EPOLL_CTL_DEL, vi->peer->sock, NULL);
-        if (vi->peer->pidfd >= 0)
-            epoll_ctl(a->epfd, EPOLL_CTL_DEL, vi->peer->pidfd, NULL);
+        /* Only its share of the watch: the exec export asks watch_pid. */
+        if (vi->peer->pidw) {
+            pidwatch_put(a, vi->peer->pidw);
+            vi->peer->pidw = NULL;
+            vi->peer->watch_pid = true;
+        }
     }
     vi->agent_watched = false;
+}
+
+/* Takes what the peer said, then fails the VI if it went. nudged: set when
+ * it asked for a look. */
+static void check_peer(struct shm_agent *a, struct shm_vi *vi, uint32_t events, bool pid_died,
+                       bool *nudged)
+{
+    /* The socket first: a SHARED notice may stand before the death. */
+    enum peer_news news = read_socket(a, vi->peer, events, nudged);
+    if (news == PEER_ALIVE && pid_died && vi->peer->pidw)
+        news = PEER_CLOSED;
+    if (news != PEER_ALIVE) {
+        unwatch_locked(a, vi);
+        shm_lock(&vi->sq_lock);
+        vi->stats.PeerClosed = news == PEER_CLOSED;
+        shm_unlock(&vi->sq_lock);
+        vipl_vi_fail(&vi->core, VIP_ERROR_CONN_LOST, NULL);
+    }
+}
+
+/* A watched process exited: every VI watching it, one after another (the
+ * error handler may tear others down: each is looked at again). */
+static void pid_exited(struct shm_agent *a, struct shm_pidwatch *w)
+{
+    size_t n = 0;
+    struct shm_vi **vis = malloc((a->n ? a->n : 1) * sizeof(*vis));
+    bool *nudged = calloc(a->n ? a->n : 1, sizeof(*nudged));
+
+    if (!vis || !nudged) {
+        free(vis);
+        free(nudged);
+        return; /* looked at again: the pidfd stays readable */
+    }
+    for (size_t i = 0; i < a->n; i++)
+        if (a->watched[i]->peer && a->watched[i]->peer->pidw == w)
+            vis[n++] = a->watched[i];
+    w->refs++; /* kept while we look */
+    for (size_t i = 0; i < n; i++)
+        if (vis[i]->agent_watched && vis[i]->peer && vis[i]->peer->pidw == w)
+            check_peer(a, vis[i], 0, true, &nudged[i]);
+    pidwatch_put(a, w);
+    pthread_mutex_unlock(&a->lock);
+    for (size_t i = 0; i < n; i++)
+        if (nudged[i])
+            vipl_report_nudge(&vis[i]->core);
+    pthread_mutex_lock(&a->lock);
+    free(vis);
+    free(nudged);
 }
 
 static void *agent_thread(void *arg)
@@ -113,22 +249,19 @@ static void *agent_thread(void *arg)
             continue;
         if (ev.data.u64 == 0)
             return NULL; /* stop request */
-        struct shm_vi *vi = (struct shm_vi *)(uintptr_t)(ev.data.u64 & ~(uint64_t)PIDFD_TAG);
-        bool pid = ev.data.u64 & PIDFD_TAG;
+        void *ptr = (void *)(uintptr_t)(ev.data.u64 & ~(uint64_t)PIDFD_TAG);
         bool nudged = false;
+        struct shm_vi *vi = NULL;
         pthread_mutex_lock(&a->lock);
-        if (is_watched(a, vi) && vi->peer) {
-            /* The socket first: a SHARED notice may stand before the death. */
-            enum peer_news news = read_socket(a, vi->peer, pid ? 0 : ev.events, &nudged);
-            if (news == PEER_ALIVE && pid && vi->peer->pidfd >= 0)
-                news = PEER_CLOSED;
-            if (news != PEER_ALIVE) {
-                unwatch_locked(a, vi);
-                shm_lock(&vi->sq_lock);
-                vi->stats.PeerClosed = news == PEER_CLOSED;
-                shm_unlock(&vi->sq_lock);
-                vipl_vi_fail(&vi->core, VIP_ERROR_CONN_LOST, NULL);
-            }
+        if (ev.data.u64 & PIDFD_TAG) {
+            /* A watch let go of meanwhile, or one made anew at its address,
+             * whose process still runs, is not that event's. */
+            struct shm_pidwatch *w = pidwatch_find(a, ptr);
+            if (w && pidfd_exited(w->fd))
+                pid_exited(a, w);
+        } else if (is_watched(a, ptr) && ((struct shm_vi *)ptr)->peer) {
+            vi = ptr;
+            check_peer(a, vi, ev.events, false, &nudged);
         }
         pthread_mutex_unlock(&a->lock);
         /* Unlocked: the consumer's handler may take its own locks, and
@@ -177,6 +310,11 @@ void shm_agent_stop(struct shm_agent *a)
     VipxFdClose(a->epfd);
     VipxFdClose(a->stopfd);
     pthread_mutex_destroy(&a->lock);
+    for (size_t i = 0; i < a->npids; i++) {
+        VipxFdClose(a->pids[i]->fd);
+        free(a->pids[i]);
+    }
+    free(a->pids);
     free(a->watched);
     free(a);
 }
@@ -187,6 +325,21 @@ struct shm_agent *shm_agent_after_fork(struct shm_agent *old, struct vipl_nic *n
      * the parent, so it is only closed here, never changed. */
     VipxFdClose(old->epfd);
     VipxFdClose(old->stopfd);
+    /* Each VI gets its own copy of the pidfd it watched (the very process,
+     * where a new pidfd_open could find another by now), shared again
+     * below. */
+    for (struct vipl_vi *cvi = nic->vis; cvi; cvi = cvi->next) {
+        struct shm_peer *peer = shm_vi(cvi)->peer;
+        if (peer && peer->pidw) {
+            peer->pidfd = vipl_fd_dup(peer->pidw->fd);
+            peer->pidw = NULL;
+        }
+    }
+    for (size_t i = 0; i < old->npids; i++) {
+        VipxFdClose(old->pids[i]->fd);
+        free(old->pids[i]);
+    }
+    free(old->pids);
     free(old->watched);
     free(old);
     struct shm_agent *a = shm_agent_start();
@@ -215,13 +368,15 @@ int shm_agent_watch(struct shm_agent *a, struct shm_vi *vi)
         a->watched = w;
         a->cap = cap;
     }
+    struct shm_peer *peer = vi->peer;
     struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = (uintptr_t)vi};
-    int rc = epoll_ctl(a->epfd, EPOLL_CTL_ADD, vi->peer->sock, &ev);
-    if (rc == 0 && vi->peer->pidfd >= 0) {
-        struct epoll_event pev = {.events = EPOLLIN, .data.u64 = (uintptr_t)vi | PIDFD_TAG};
-        rc = epoll_ctl(a->epfd, EPOLL_CTL_ADD, vi->peer->pidfd, &pev);
-        if (rc != 0)
-            epoll_ctl(a->epfd, EPOLL_CTL_DEL, vi->peer->sock, NULL);
+    int rc = epoll_ctl(a->epfd, EPOLL_CTL_ADD, peer->sock, &ev);
+    if (rc == 0 && peer->pidfd >= 0) {
+        peer->pidw = pidwatch_get(a, peer->pid, &peer->pidfd);
+        if (!peer->pidw) {
+            epoll_ctl(a->epfd, EPOLL_CTL_DEL, peer->sock, NULL);
+            rc = -1;
+        }
     }
     if (rc == 0) {
         a->watched[a->n++] = vi;

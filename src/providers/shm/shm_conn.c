@@ -181,8 +181,12 @@ static void fill_msg(struct shm_vi *vi, enum shm_msg_type type, const VIP_NET_AD
         m->disc_len = self->DiscriminatorLen;
         memcpy(m->addr, self->HostAddress, (size_t)m->host_len + m->disc_len);
     }
+    /* Merged (inheritable): one memfd, named twice, rx after ctl. */
+    int rx_fd = vi->merged ? vi->ctl_fd : vi->rx_fd;
+    uint32_t rx_base = vi->merged ? (uint32_t)vi->ctl_len : 0;
     fds[0] = vi->ctl_fd;
-    fds[1] = vi->rx_fd;
+    fds[1] = rx_fd;
+    m->rx_off = rx_base;
     if (vi->core.recv_cq && !foreign) {
         struct shm_cq *cq = shm_cq(vi->core.recv_cq);
         fds[2] = cq->armed_fd;
@@ -190,9 +194,9 @@ static void fill_msg(struct shm_vi *vi, enum shm_msg_type type, const VIP_NET_AD
         m->wake_sock = SHM_WAKE_SOCKET;
     } else {
         fds[2] = vi->ctl_fd;
-        fds[3] = vi->rx_fd;
+        fds[3] = rx_fd;
         m->armed_off = (uint32_t)offsetof(struct shm_ctl, live.recv_armed);
-        m->word_off = (uint32_t)offsetof(struct shm_rx, live.wake_seq);
+        m->word_off = rx_base + (uint32_t)offsetof(struct shm_rx, live.wake_seq);
         m->wake_sock = vi->core.recv_cq ? SHM_WAKE_NAMED : SHM_WAKE_FUTEX;
         m->wake_id = vi->core.recv_cq ? shm_cq(vi->core.recv_cq)->wake_id : 0;
     }
@@ -223,7 +227,7 @@ static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fd
 {
     struct shm_nic *snic = shm_nic(vi->core.nic);
     struct shm_peer *peer = calloc(1, sizeof(*peer));
-    int rc = peer ? shm_peer_map(peer, fds, m, snic->page) : -ENOMEM;
+    int rc = peer ? shm_peer_map(peer, fds, m, snic) : -ENOMEM;
     if (rc == 0 && vi->inheritable) { /* a next image maps them again */
         memcpy(peer->kept, fds, sizeof(peer->kept));
         memset(fds, -1, 4 * sizeof(int));

@@ -32,7 +32,7 @@ struct vi_state {
     uint32_t first_sidx, nposted;
     uint32_t peer_consumed, peer_posted_seen;
     int32_t peer_pid;
-    uint8_t watch_pid, shared, relay;
+    uint8_t watch_pid, shared, relay, merged;
     struct shm_msg peer_msg;
 };
 
@@ -67,15 +67,20 @@ VIP_RETURN shm_vi_export(struct vipl_vi *cvi, VIPX_STATE *st, VIP_ULONG *offsets
             .peer_consumed = peer->consumed,
             .peer_posted_seen = peer->posted_seen,
             .peer_pid = peer->pid,
-            .watch_pid = peer->pidfd >= 0,
+            .watch_pid = peer->pidfd >= 0 || peer->pidw || peer->watch_pid,
             .shared = vi->shared,
             .relay = vi->relay,
+            .merged = vi->merged,
             .peer_msg = peer->msg,
         };
         memcpy(st->Data, &s, sizeof(s));
         st->Length = sizeof(s);
-        int fds[NFDS] = {vi->ctl_fd, vi->rx_fd, peer->sock, peer->kept[0], peer->kept[1],
-                         peer->kept[2], peer->msg.wake_sock == SHM_WAKE_SOCKET ? peer->wake_sock : peer->kept[3]};
+        /* Shared entries (socket mode) are named once per connection: the
+         * next image's shm_peer_map finds the same descriptor again. */
+        int fds[NFDS] = {vi->ctl_fd, vi->merged ? vi->ctl_fd : vi->rx_fd, peer->sock,
+                         peer->kept[0], peer->msg.rx_off ? peer->kept[0] : peer->kept[1],
+                         peer->armed_sh ? shm_shared_fd(peer->armed_sh) : peer->kept[2],
+                         peer->msg.wake_sock == SHM_WAKE_SOCKET ? peer->wake_sock : peer->kept[3]};
         memcpy(st->Fds, fds, sizeof(fds));
         st->NumFds = NFDS;
     }
@@ -96,10 +101,21 @@ static bool own_segment_ok(int fd, uint64_t want)
  * (checked against the segments' sizes all the same). */
 static int adopt_segments(struct shm_vi *vi, const struct vi_state *s, int ctl_fd, int rx_fd)
 {
-    if (!own_segment_ok(ctl_fd, s->ctl_len) || !own_segment_ok(rx_fd, s->rx_len))
-        return -EPROTO;
-    vi->ctl = shm_map_fixed(NULL, ctl_fd, s->ctl_len);
-    vi->rx = shm_map_fixed(NULL, rx_fd, s->rx_len);
+    if (s->merged) { /* one memfd, named twice: ctl, then rx */
+        if (rx_fd != ctl_fd || s->ctl_len > SHM_MAX_SEGMENT || s->rx_len > SHM_MAX_SEGMENT ||
+            s->ctl_len % shm_nic(vi->core.nic)->page ||
+            !own_segment_ok(ctl_fd, s->ctl_len + s->rx_len))
+            return -EPROTO;
+        vi->ctl = shm_map_fixed(NULL, ctl_fd, s->ctl_len + s->rx_len);
+        vi->rx = vi->ctl ? (struct shm_rx *)((char *)vi->ctl + s->ctl_len) : NULL;
+        rx_fd = -1;
+    } else {
+        if (!own_segment_ok(ctl_fd, s->ctl_len) || !own_segment_ok(rx_fd, s->rx_len))
+            return -EPROTO;
+        vi->ctl = shm_map_fixed(NULL, ctl_fd, s->ctl_len);
+        vi->rx = shm_map_fixed(NULL, rx_fd, s->rx_len);
+    }
+    vi->merged = s->merged;
     vi->ctl_len = s->ctl_len;
     vi->rx_len = s->rx_len;
     vi->ctl_fd = ctl_fd;
@@ -123,14 +139,19 @@ static int adopt_segments(struct shm_vi *vi, const struct vi_state *s, int ctl_f
     return 0;
 }
 
-static int adopt_peer(struct shm_vi *vi, const struct vi_state *s, const int *fds)
+static int adopt_peer(struct shm_vi *vi, const struct vi_state *s, int *fds)
 {
     struct shm_peer *peer = calloc(1, sizeof(*peer));
     if (!peer)
         return -ENOMEM;
     int pfds[4];
     memcpy(pfds, fds + FD_PEER, sizeof(pfds));
-    int rc = shm_peer_map(peer, pfds, &s->peer_msg, shm_nic(vi->core.nic)->page);
+    int rc = shm_peer_map(peer, pfds, &s->peer_msg, shm_nic(vi->core.nic));
+    /* What it took (socket mode; a merged peer's second name of its one
+     * memfd) is no longer the caller's to close. */
+    for (int i = 1; i < 4; i++)
+        if (pfds[i] < 0)
+            fds[FD_PEER + i] = -1;
     if (rc != 0) {
         free(peer);
         return rc;

@@ -25,9 +25,11 @@ static int shm_open_nic(struct vipl_nic *nic)
         return -1;
     snic->page = (size_t)sysconf(_SC_PAGESIZE);
     pthread_mutex_init(&snic->lock, NULL);
+    shm_shared_init(snic);
     snic->agent = shm_agent_start();
     if (!snic->agent) {
         pthread_mutex_destroy(&snic->lock);
+        shm_shared_destroy(snic);
         free(snic);
         return -1;
     }
@@ -41,6 +43,7 @@ static void shm_close_nic(struct vipl_nic *nic)
     shm_close_listeners(snic);
     shm_agent_stop(snic->agent);
     pthread_mutex_destroy(&snic->lock);
+    shm_shared_destroy(snic);
     free(snic);
 }
 
@@ -48,6 +51,7 @@ static void shm_after_fork(struct vipl_nic *nic)
 {
     struct shm_nic *snic = shm_nic(nic);
     pthread_mutex_init(&snic->lock, NULL);
+    shm_shared_after_fork(snic);
     for (struct vipl_pool_obj *o = nic->cqs.all; o; o = o->all) {
         struct vipl_cq *cq = vipl_pool_object(o);
         if (cq->magic == VIPL_CQ_MAGIC)

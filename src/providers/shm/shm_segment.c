@@ -72,21 +72,28 @@ int shm_vi_segments_create(struct shm_vi *vi)
     if (rx_len > SHM_MAX_SEGMENT)
         return -ENOMEM;
 
-    int ctl_fd = shm_memfd("sovia-vi-ctl", ctl_len);
+    /* A reconnect keeps the layout the first creation chose. */
+    bool merged = vi->ctl ? vi->merged : vi->inheritable;
+    if (merged && ctl_len + rx_len > SHM_MAX_SEGMENT) /* the peer checks the file's size */
+        return -ENOMEM;
+    int ctl_fd = shm_memfd(merged ? "sovia-vi-ctlrx" : "sovia-vi-ctl", merged ? ctl_len + rx_len : ctl_len);
     if (ctl_fd < 0)
         return ctl_fd;
-    int rx_fd = shm_memfd("sovia-vi-rx", rx_len);
-    if (rx_fd < 0) {
+    int rx_fd = merged ? -1 : shm_memfd("sovia-vi-rx", rx_len);
+    if (!merged && rx_fd < 0) {
         VipxFdClose(ctl_fd);
         return rx_fd;
     }
-    struct shm_ctl *ctl = shm_map_fixed(vi->ctl, ctl_fd, ctl_len);
-    struct shm_rx *rx = ctl ? shm_map_fixed(vi->rx, rx_fd, rx_len) : NULL;
+    struct shm_ctl *ctl = shm_map_fixed(vi->ctl, ctl_fd, merged ? ctl_len + rx_len : ctl_len);
+    struct shm_rx *rx = !ctl     ? NULL
+                        : merged ? (struct shm_rx *)((char *)ctl + ctl_len)
+                                 : shm_map_fixed(vi->rx, rx_fd, rx_len);
     if (!ctl || !rx) {
         if (ctl && !vi->ctl)
             munmap(ctl, ctl_len);
         VipxFdClose(ctl_fd);
-        VipxFdClose(rx_fd);
+        if (rx_fd >= 0)
+            VipxFdClose(rx_fd);
         return -ENOMEM;
     }
     ctl->hdr = (struct shm_ctl_header){
@@ -102,12 +109,13 @@ int shm_vi_segments_create(struct shm_vi *vi)
         .arena_len = vi->arena_len,
         .max_transfer = (uint32_t)vi->core.attrs.MaxTransferSize,
     };
-    int err = shm_seal(ctl_fd, !vi->inheritable);
-    if (!err)
+    int err = shm_seal(ctl_fd, !vi->inheritable && !merged);
+    if (!err && !merged)
         err = shm_seal(rx_fd, false);
     if (err) {
         VipxFdClose(ctl_fd);
-        VipxFdClose(rx_fd);
+        if (rx_fd >= 0)
+            VipxFdClose(rx_fd);
         return err;
     }
     if (vi->ctl_fd >= 0)
@@ -122,6 +130,7 @@ int shm_vi_segments_create(struct shm_vi *vi)
         vi->rx = rx;
     vi->ctl_fd = ctl_fd;
     vi->rx_fd = rx_fd;
+    vi->merged = merged;
     vi->ctl_len = ctl_len;
     vi->rx_len = rx_len;
     vi->staging_off = (uint32_t)staging_off;
@@ -136,7 +145,7 @@ void shm_vi_segments_destroy(struct shm_vi *vi)
 {
     if (vi->ctl)
         munmap(vi->ctl, vi->ctl_len);
-    if (vi->rx)
+    if (vi->rx) /* merged: the rest of the one mapping */
         munmap(vi->rx, vi->rx_len);
     if (vi->ctl_fd >= 0)
         VipxFdClose(vi->ctl_fd);
@@ -180,10 +189,24 @@ static bool peer_geometry_ok(const struct shm_ctl_header *h, size_t ctl_len, siz
     return h->rx_size == rx_len && h->data_off >= cmpl_end && h->data_off <= rx_len;
 }
 
+static void *map_peer_at(int fd, size_t len, int prot, off_t at)
+{
+    void *p = mmap(NULL, len, prot, MAP_SHARED, fd, at);
+    return p == MAP_FAILED ? NULL : p;
+}
+
 static void *map_peer(int fd, size_t len, int prot)
 {
-    void *p = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
-    return p == MAP_FAILED ? NULL : p;
+    return map_peer_at(fd, len, prot, 0);
+}
+
+/* b is a or names the same file as a (-1: not there, as after an exec). */
+static bool same_file(int a, int b)
+{
+    struct stat sa, sb;
+    return b < 0 || a == b ||
+           (fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+            sa.st_ino == sb.st_ino);
 }
 
 /* A wake-up socket must be a Unix datagram socket: sending to it with
@@ -202,16 +225,28 @@ static bool is_wake_socket(int fd)
  * read-write, the armed flag read-only, and by m->wake_sock: its futex
  * word page read-write (FUTEX), its wake-up socket, kept (SOCKET: fds[3]
  * is then taken, set to -1), or nothing (NAMED: the wake-up goes to the
- * CQ socket m->wake_id names; fds[3] is left to the caller). Every size and offset is checked against what the kernel says
+ * CQ socket m->wake_id names; fds[3] is left to the caller). In socket
+ * mode the armed page and the socket are the NIC's shared entries for
+ * those files (shm_shared.c; fds[2] and fds[3] taken, set to -1). Every size and offset is checked against what the kernel says
  * the descriptors are; returns -EPROTO on anything inconsistent.
  */
-int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m, size_t page)
+int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m,
+                 struct shm_nic *snic)
 {
+    size_t page = snic->page;
     /* Read-only for us; whether the owner sealed them against its peers is
      * the owner's business (an inheritable VI does not). */
     bool sock = m->wake_sock == SHM_WAKE_SOCKET, futex = m->wake_sock == SHM_WAKE_FUTEX;
     size_t ctl_len = sealed_size(fds[0], SEALS_COMMON);
-    size_t rx_len = sealed_size(fds[1], SEALS_COMMON);
+    size_t rx_len = m->rx_off ? 0 : sealed_size(fds[1], SEALS_COMMON);
+    off_t rx_at = 0;
+    if (m->rx_off) { /* one memfd: fds[1] names it too (or is not there) */
+        if (!same_file(fds[0], fds[1]) || m->rx_off % page || m->rx_off >= ctl_len)
+            return -EPROTO;
+        rx_at = (off_t)m->rx_off;
+        rx_len = ctl_len - m->rx_off;
+        ctl_len = m->rx_off;
+    }
     size_t armed_len = sealed_size(fds[2], SEALS_COMMON);
     size_t word_len = futex ? sealed_size(fds[3], SEALS_COMMON) : 0;
     bool wake_ok = sock    ? is_wake_socket(fds[3])
@@ -222,22 +257,34 @@ int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m, siz
         ctl_len < sizeof(struct shm_ctl))
         return -EPROTO;
 
-    *peer = (struct shm_peer){.sock = -1, .pidfd = -1, .wake_sock = -1, .kept = {-1, -1, -1, -1}};
+    *peer = (struct shm_peer){.sock = -1, .pidfd = -1, .wake_sock = -1, .kept = {-1, -1, -1, -1},
+                              .nic = snic};
     peer->ctl = map_peer(fds[0], ctl_len, PROT_READ);
-    peer->rx = map_peer(fds[1], rx_len, PROT_READ | PROT_WRITE);
-    peer->armed_map = map_peer(fds[2], armed_len, PROT_READ);
+    peer->rx = map_peer_at(m->rx_off ? fds[0] : fds[1], rx_len, PROT_READ | PROT_WRITE, rx_at);
     peer->ctl_len = ctl_len;
     peer->rx_len = rx_len;
     peer->armed_len = armed_len;
     peer->wake_named = m->wake_sock == SHM_WAKE_NAMED ? m->wake_id : 0;
     if (sock) {
-        peer->wake_sock = fds[3];
-        fds[3] = -1;
-    } else if (futex) {
+        /* Every connection to this peer CQ names the same two files. */
+        peer->armed_sh = shm_shared_get(snic, &fds[2], armed_len);
+        peer->sock_sh = peer->armed_sh ? shm_shared_get(snic, &fds[3], 0) : NULL;
+        peer->armed_map = peer->armed_sh ? shm_shared_map(peer->armed_sh) : NULL;
+        peer->wake_sock = peer->sock_sh ? shm_shared_fd(peer->sock_sh) : -1;
+    } else {
+        peer->armed_map = map_peer(fds[2], armed_len, PROT_READ);
+    }
+    if (futex) {
         peer->word_map = map_peer(fds[3], word_len, PROT_READ | PROT_WRITE);
         peer->word_len = word_len;
     }
-    if (!peer->ctl || !peer->rx || !peer->armed_map || (futex && !peer->word_map)) {
+    if (m->rx_off && fds[1] >= 0) { /* one descriptor of the file is enough */
+        if (fds[1] != fds[0])
+            VipxFdClose(fds[1]);
+        fds[1] = -1;
+    }
+    if (!peer->ctl || !peer->rx || !peer->armed_map || (futex && !peer->word_map) ||
+        (sock && peer->wake_sock < 0)) {
         shm_peer_unmap(peer);
         return -ENOMEM;
     }
@@ -264,12 +311,17 @@ void shm_peer_unmap(struct shm_peer *peer)
         munmap((void *)peer->ctl, peer->ctl_len);
     if (peer->rx)
         munmap(peer->rx, peer->rx_len);
-    if (peer->armed_map)
+    if (peer->armed_sh)
+        shm_shared_put(peer->nic, peer->armed_sh);
+    else if (peer->armed_map)
         munmap(peer->armed_map, peer->armed_len);
     if (peer->word_map)
         munmap(peer->word_map, peer->word_len);
-    if (peer->wake_sock >= 0)
+    if (peer->sock_sh)
+        shm_shared_put(peer->nic, peer->sock_sh);
+    else if (peer->wake_sock >= 0)
         VipxFdClose(peer->wake_sock);
+    peer->armed_sh = peer->sock_sh = NULL;
     for (int i = 0; i < 4; i++)
         if (peer->kept[i] >= 0)
             VipxFdClose(peer->kept[i]);

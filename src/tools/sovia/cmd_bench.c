@@ -1,5 +1,5 @@
 /*
- * cmd_bench.c - `sovia bench lat|bw|sweep|idle|wake|rr`: parse the command
+ * cmd_bench.c - `sovia bench lat|bw|sweep|idle|wake|rr|conns|connrate`: parse the command
  * line into a bench_params and hand it to the bench library.
  */
 #include "cli.h"
@@ -15,7 +15,8 @@
 
 enum { OPT_TRANSPORT = 't', OPT_SIZE = 's', OPT_ITERS = 'n', OPT_SECONDS = 'S',
        OPT_MAX_SIZE = 'm', OPT_JSON = 'j', OPT_CONFIG = 'c', OPT_SAME_CPU = 'C',
-       OPT_HELP = 'h', OPT_PAIRS = 'P', OPT_CONNS = 'K', OPT_THREADS = 'T', OPT_WARMUP = 'W' };
+       OPT_HELP = 'h', OPT_PAIRS = 'P', OPT_CONNS = 'K', OPT_THREADS = 'T', OPT_WARMUP = 'W',
+       OPT_COUNT = 'N', OPT_CLIENTS = 'L' };
 
 #define O_TRANSPORT {"transport", required_argument, NULL, OPT_TRANSPORT}
 #define O_SIZE {"size", required_argument, NULL, OPT_SIZE}
@@ -45,6 +46,13 @@ static const struct option rr_opts[] = {
     {"seconds", required_argument, NULL, OPT_SECONDS},
     {"warmup", required_argument, NULL, OPT_WARMUP}, {"threads", no_argument, NULL, OPT_THREADS},
     O_JSON, O_HELP, O_END};
+
+static const struct option conns_opts[] = {
+    O_TRANSPORT, {"count", required_argument, NULL, OPT_COUNT}, O_JSON, O_HELP, O_END};
+static const struct option connrate_opts[] = {
+    O_TRANSPORT, {"seconds", required_argument, NULL, OPT_SECONDS},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"clients", required_argument, NULL, OPT_CLIENTS}, O_JSON, O_HELP, O_END};
 
 /* The --config lines of every mode's help. */
 #define HELP_CONFIG                                                                           \
@@ -183,6 +191,55 @@ static const struct bench_mode_desc modes[] = {
      "                 cpu_cores, cpu_total_s (the workers' whole lives),\n"
      "                 answers_total, echoes_total, mark_late_ms\n",
      rr_opts},
+    {"conns", BENCH_CONNS, "many connections held at once: setup time and what each costs",
+     "usage: sovia bench conns --transport T --count N [--json]\n"
+     "\n"
+     "A client process opens N connections to a server process (one at a time,\n"
+     "each connect() timed) and keeps them all open; one exchange of 16 bytes\n"
+     "then goes over every one (all requests out, then every answer checked).\n"
+     "Both processes raise their soft RLIMIT_NOFILE to the hard limit, as any\n"
+     "program that holds many connections must.\n"
+     "\n"
+     "Reports the connect time per connection (mean, p50, p99), the exchange\n"
+     "and close time per connection, and for each side what holding them costs\n"
+     "(from /proc/self, after minus before, divided by N): descriptors,\n"
+     "mappings, shared memory mapped (every shared file mapping) and resident\n"
+     "(RssShmem), and the resident set.\n"
+     "\n"
+     "  --transport T  tcp (kernel, 127.0.0.1), or preload (the same program,\n"
+     "                 both ends under the preload library, sovia run's default\n"
+     "                 profile)\n"
+     "  --count N      connections (1 to 1000000)\n"
+     "  --json         one JSON object: mode, transport, count, setup_s,\n"
+     "                 connect_us_per_conn, connect_p50_us, connect_p99_us,\n"
+     "                 ping_us_per_conn, close_us_per_conn, and client and server:\n"
+     "                 fds, maps, shm_mapped_kib, shm_resident_kib, rss_kib (with\n"
+     "                 them all open) and each _per_conn; preload: carried\n"
+     "                 (client, server, client_kernel, server_kernel: connections\n"
+     "                 sovia carried and left on kernel TCP, from the workers'\n"
+     "                 exit records, unless SOVIA_STAT_LOG is set)\n",
+     conns_opts},
+    {"connrate", BENCH_CONNRATE, "connect + exchange + close, one after another, per second",
+     "usage: sovia bench connrate --transport T [--clients C] [--seconds D]\n"
+     "                            [--warmup W] [--json]\n"
+     "\n"
+     "C client processes against one server process (an epoll loop): each client\n"
+     "connects, sends 16 bytes, reads them back (checked) and then the server's\n"
+     "close (it closes first, as an HTTP/1.0 server does), closes, and starts\n"
+     "again, for D seconds after W of warm-up.\n"
+     "\n"
+     "Reports connections per second (all clients), the time of one cycle\n"
+     "(p50, p99, max) and the CPU microseconds per connection of every process.\n"
+     "\n"
+     "  --transport T  tcp, or preload (as for conns)\n"
+     "  --clients C    client processes (default 1: sequential; 1 to 64)\n"
+     "  --seconds D    counted time (default 3)\n"
+     "  --warmup W     uncounted time before it (default 0.5, or D/2 if less)\n"
+     "  --json         one JSON object: mode, transport, clients, seconds, warmup,\n"
+     "                 cpus, load_1m, conns, conns_per_s, p50_us, p99_us, max_us,\n"
+     "                 cpu_us_per_conn; preload: carried, kernel (the clients'\n"
+     "                 connections, as for conns)\n",
+     connrate_opts},
 };
 
 #define NMODES (sizeof modes / sizeof modes[0])
@@ -192,7 +249,7 @@ static void bench_usage(FILE *f)
     const char *const *names = bench_transport_names();
     const char *const *labels = bench_config_labels();
 
-    fprintf(f, "usage: sovia bench <lat|bw|sweep|idle|wake|rr> --transport T [options]\n"
+    fprintf(f, "usage: sovia bench <lat|bw|sweep|idle|wake|rr|conns|connrate> --transport T [options]\n"
                "\n"
                "Measures message latency and bandwidth between two processes on this host.\n"
                "Polling transports pin the two processes to different CPUs (rr pins\n"
@@ -213,6 +270,25 @@ static void bench_usage(FILE *f)
                "\n"
                "Run 'sovia bench <mode> --help' for a mode's options.\n"
                "Exit status: 0 ok, 1 the run failed, 2 bad usage, 3 transport unavailable.\n");
+}
+
+/* conns, connrate: the worker program, and for `preload` the environment
+ * `sovia run` gives (the workers inherit it). */
+static int run_conns(struct bench_params *p, const char *where)
+{
+    char worker[PATH_MAX];
+
+    if (!p->transport)
+        return cli_usage_error(where, "--transport is required (tcp or preload)");
+    if (p->mode == BENCH_CONNS && p->count == 0)
+        return cli_usage_error(where, "--count is required");
+    if (p->clients == 0)
+        p->clients = 1;
+    if (cli_find_helper("sovia-rr", worker, sizeof worker) == 0)
+        p->rr_worker = worker;
+    if (strcmp(p->transport, "preload") == 0 && cli_run_environment("balanced", where) != 0)
+        return BENCH_EXIT_UNAVAILABLE;
+    return bench_run(p);
 }
 
 /* rr: the checks that need every option, the worker program, and for
@@ -247,7 +323,7 @@ static int parse_mode(const struct bench_mode_desc *m, int argc, char **argv)
     uint64_t n;
     int c;
 
-    if (m->mode == BENCH_RR)
+    if (m->mode == BENCH_RR || m->mode == BENCH_CONNRATE)
         p.seconds = BENCH_RR_DEFAULT_SECONDS;
 
     snprintf(where, sizeof where, "bench %s", m->name);
@@ -306,6 +382,18 @@ static int parse_mode(const struct bench_mode_desc *m, int argc, char **argv)
         case OPT_THREADS:
             p.threads = true;
             break;
+        case OPT_COUNT:
+            if (!cli_parse_u64(optarg, &n) || n < 1 || n > BENCH_CONNS_MAX_COUNT)
+                return cli_usage_error(where, "bad --count '%s' (1 to %lu)", optarg,
+                                       BENCH_CONNS_MAX_COUNT);
+            p.count = (unsigned long)n;
+            break;
+        case OPT_CLIENTS:
+            if (!cli_parse_u64(optarg, &n) || n < 1 || n > BENCH_CONNRATE_MAX_CLIENTS)
+                return cli_usage_error(where, "bad --clients '%s' (1 to %u)", optarg,
+                                       BENCH_CONNRATE_MAX_CLIENTS);
+            p.clients = (unsigned)n;
+            break;
         case OPT_WARMUP:
             if (strcmp(optarg, "0") == 0) /* no warm-up */
                 p.warmup = 0;
@@ -325,6 +413,8 @@ static int parse_mode(const struct bench_mode_desc *m, int argc, char **argv)
         return bench_run(&p);
     if (m->mode == BENCH_RR)
         return run_rr(&p, have_size, where);
+    if (m->mode == BENCH_CONNS || m->mode == BENCH_CONNRATE)
+        return run_conns(&p, where);
     if (!p.transport)
         return cli_usage_error(where, "--transport is required (see sovia bench --help)");
     if (strcmp(p.transport, "preload") == 0 && m->mode != BENCH_RR &&
@@ -364,5 +454,5 @@ int cmd_bench(int argc, char **argv)
     for (size_t i = 0; i < NMODES; i++)
         if (strcmp(argv[1], modes[i].name) == 0)
             return parse_mode(&modes[i], argc - 1, argv + 1);
-    return cli_usage_error("bench", "unknown mode '%s' (lat, bw, sweep, idle or wake)", argv[1]);
+    return cli_usage_error("bench", "unknown mode '%s' (see sovia bench --help)", argv[1]);
 }
