@@ -1,0 +1,177 @@
+/*
+ * fabric_cqx.c - reading an fi_cq: libfabric's completions become finished
+ * slots, and what a peer put in them is checked first.
+ *
+ * A receive's remote CQ data says what its lower half is (fabric.h,
+ * FAB_DATA_*); anything else, or an RDMA write's notice that carries bytes,
+ * fails that VI's connection (VIP_ERROR_CONN_LOST, the descriptor with a
+ * transport error), never the process. Reading the fi_cq is also what
+ * moves data on providers with manual progress (tcp).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fabric.h"
+
+int fab_cqx_open(struct fab_nic *fn, struct fab_cqx *x, uint32_t notices)
+{
+    struct fi_cq_attr attr = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD,
+                              .size = FAB_DEPTH_MAX * 2};
+    memset(x, 0, sizeof(*x));
+    x->fd = -1;
+    x->fabric = fn->fabric;
+    if (notices) {
+        x->notices = calloc(notices, sizeof(*x->notices));
+        if (!x->notices)
+            return -ENOMEM;
+        x->ncap = notices;
+    }
+    int r = fi_cq_open(fn->domain, &attr, &x->cq, NULL);
+    if (r == -FI_ENOSYS || r == -FI_EINVAL) { /* no wait object: we poll it */
+        attr.wait_obj = FI_WAIT_NONE;
+        r = fi_cq_open(fn->domain, &attr, &x->cq, NULL);
+    } else if (r == 0 && fi_control(&x->cq->fid, FI_GETWAIT, &x->fd) != 0) {
+        x->fd = -1;
+    }
+    if (r != 0) {
+        free(x->notices);
+        x->notices = NULL;
+        return r;
+    }
+    pthread_mutex_init(&x->lock, NULL);
+    pthread_mutex_init(&x->nlock, NULL);
+    return 0;
+}
+
+void fab_cqx_close(struct fab_cqx *x)
+{
+    if (!x->cq)
+        return;
+    fi_close(&x->cq->fid);
+    x->cq = NULL;
+    free(x->notices);
+    x->notices = NULL;
+    pthread_mutex_destroy(&x->lock);
+    pthread_mutex_destroy(&x->nlock);
+}
+
+void fab_cqx_notice(struct fab_cqx *x, struct vipl_vi *vi, bool recvq)
+{
+    pthread_mutex_lock(&x->nlock);
+    if (x->ntail - x->nhead >= x->ncap)
+        x->overflowed = true; /* more than the CQ's entries: VIA's overrun */
+    else
+        x->notices[x->ntail++ % x->ncap] = (struct fab_notice){vi, recvq};
+    pthread_mutex_unlock(&x->nlock);
+}
+
+bool fab_cqx_take(struct fab_cqx *x, struct vipl_vi **vi, bool *recvq)
+{
+    pthread_mutex_lock(&x->nlock);
+    bool got = x->nhead != x->ntail;
+    if (got) {
+        struct fab_notice *n = &x->notices[x->nhead++ % x->ncap];
+        *vi = n->vi;
+        *recvq = n->recvq;
+    }
+    pthread_mutex_unlock(&x->nlock);
+    return got;
+}
+
+static uint32_t op_of(const struct fab_slot *s, uint64_t flags)
+{
+    if (!s->q->recv)
+        return (flags & FI_WRITE) ? VIP_STATUS_OP_RDMA_WRITE : VIP_STATUS_OP_SEND;
+    return VIP_STATUS_OP_RECEIVE;
+}
+
+/* A receive's remote CQ data, checked: false fails the connection. */
+static bool recv_data(const struct fi_cq_data_entry *e, uint32_t *status, uint32_t *imm)
+{
+    if (!(e->flags & FI_REMOTE_CQ_DATA))
+        return true;
+    uint32_t kind = (uint32_t)(e->data >> 32);
+    *imm = (uint32_t)e->data;
+    if (kind == FAB_DATA_SEND) {
+        *status |= VIP_STATUS_IMMEDIATE;
+        return true;
+    }
+    if (kind == FAB_DATA_RDMA_IMM && e->len == 0) {
+        *status = (*status & ~VIP_STATUS_OP_MASK) | VIP_STATUS_OP_REMOTE_RDMA_WRITE |
+                  VIP_STATUS_IMMEDIATE;
+        return true;
+    }
+    return false;
+}
+
+static void fail_slot(struct fab_slot *s, uint32_t status)
+{
+    fab_slot_finish(s, status, 0, 0);
+    vipl_vi_fail(&s->q->vi->core, VIP_ERROR_CONN_LOST, s->desc);
+}
+
+static void read_error(struct fab_cqx *x)
+{
+    struct fi_cq_err_entry err = {0};
+    if (fi_cq_readerr(x->cq, &err, 0) != 1 || !err.op_context)
+        return; /* a suppressed write's error: its notice fails too */
+    struct fab_slot *s = err.op_context;
+    uint32_t op = op_of(s, err.flags);
+    if (err.err == FI_ECANCELED) {
+        fab_slot_finish(s, VIP_STATUS_DESC_FLUSHED_ERROR | op, 0, 0);
+        return;
+    }
+    /* A message longer than the receive: the peer's fault, its connection's end. */
+    uint32_t status = err.err == FI_ETRUNC ? VIP_STATUS_LENGTH_ERROR : VIP_STATUS_TRANSPORT_ERROR;
+    fail_slot(s, status | op);
+}
+
+void fab_cqx_progress(struct fab_cqx *x)
+{
+    struct fi_cq_data_entry e[16];
+    pthread_mutex_lock(&x->lock);
+    for (;;) {
+        ssize_t n = fi_cq_read(x->cq, e, 16);
+        if (n == -FI_EAVAIL) {
+            read_error(x);
+            continue;
+        }
+        if (n <= 0)
+            break;
+        for (ssize_t i = 0; i < n; i++) {
+            struct fab_slot *s = e[i].op_context;
+            if (!s)
+                continue;
+            uint32_t status = op_of(s, e[i].flags), imm = 0;
+            if (s->q->recv && (e[i].len > UINT32_MAX || !recv_data(&e[i], &status, &imm))) {
+                fail_slot(s, VIP_STATUS_TRANSPORT_ERROR | VIP_STATUS_OP_RECEIVE);
+                continue;
+            }
+            uint32_t len = s->q->recv ? (uint32_t)e[i].len : 0;
+            if (!s->q->recv)
+                for (uint32_t k = 0; k < s->nsge; k++)
+                    len += (uint32_t)s->iov[k].iov_len;
+            fab_slot_finish(s, status, len, imm);
+        }
+    }
+    pthread_mutex_unlock(&x->lock);
+}
+
+int fab_cqx_sleep(struct fab_cqx *x, const struct timespec *deadline, int bound_ms)
+{
+    int left = vipl_ms_left(deadline);
+    int ms = bound_ms >= 0 && (left < 0 || left > bound_ms) ? bound_ms : left;
+    if (x->fd >= 0) {
+        struct fid *f = &x->cq->fid;
+        if (fi_trywait(x->fabric, &f, 1) == 0) {
+            struct pollfd p = {.fd = x->fd, .events = POLLIN};
+            poll(&p, 1, ms);
+        }
+    } else {
+        struct timespec t = {0, 50000}; /* no wait object: poll gently */
+        nanosleep(&t, NULL);
+    }
+    return deadline && vipl_ms_left(deadline) == 0 ? -ETIMEDOUT : 0;
+}

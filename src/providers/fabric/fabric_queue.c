@@ -1,0 +1,340 @@
+/*
+ * fabric_queue.c - a VI's two work queues over an FI_EP_MSG endpoint.
+ *
+ * Descriptors complete in post order (VIA): libfabric finishes slots, and
+ * the oldest finished run is written back to its descriptors (status last)
+ * and, for a queue with a VIPL CQ, noticed there. An invalid descriptor
+ * takes a slot too and finishes with its error in its turn. Receives
+ * posted before the VI has an endpoint wait in the ring and are handed
+ * to the endpoint when it is made (VIA allows posting them while idle).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fabric.h"
+
+static int queue_init(struct fab_vi *vi, struct fab_queue *q, bool recv, uint32_t depth,
+                      struct vipl_cq *cq)
+{
+    q->vi = vi;
+    q->recv = recv;
+    q->depth = depth;
+    q->slots = calloc(depth, sizeof(*q->slots));
+    if (!q->slots)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < depth; i++)
+        q->slots[i].q = q;
+    pthread_mutex_init(&q->lock, NULL);
+    q->cqx = cq ? &fab_cq(cq)->x : &vi->own;
+    return 0;
+}
+
+VIP_RETURN fab_create_vi(struct vipl_vi *cvi, const VIPX_VI_CONFIG *cfg)
+{
+    struct fab_vi *vi = fab_vi(cvi);
+    struct fab_nic *fn = fab_nic(cvi->nic);
+    uint32_t depth = cfg->QueueDepth ? (uint32_t)cfg->QueueDepth : FAB_DEPTH_DEFAULT;
+    if (depth > FAB_DEPTH_MAX)
+        return VIP_INVALID_PARAMETER;
+    memset((char *)vi + sizeof(vi->core), 0, sizeof(*vi) - sizeof(vi->core));
+    if (fab_cqx_open(fn, &vi->own, 0) != 0)
+        return VIP_ERROR_RESOURCE;
+    if (queue_init(vi, &vi->sq, false, depth, cvi->send_cq) != 0 ||
+        queue_init(vi, &vi->rq, true, depth, cvi->recv_cq) != 0) {
+        free(vi->sq.slots);
+        fab_cqx_close(&vi->own);
+        return VIP_ERROR_RESOURCE;
+    }
+    if (cfg->ArenaBytes) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        vi->arena_len = (cfg->ArenaBytes + page - 1) / page * page;
+        vi->arena = mmap(NULL, vi->arena_len, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (vi->arena == MAP_FAILED) {
+            vi->arena = NULL;
+            free(vi->sq.slots);
+            free(vi->rq.slots);
+            fab_cqx_close(&vi->own);
+            return VIP_ERROR_RESOURCE;
+        }
+    }
+    pthread_mutex_init(&vi->ep_lock, NULL);
+    return VIP_SUCCESS;
+}
+
+void fab_destroy_vi(struct vipl_vi *cvi)
+{
+    struct fab_vi *vi = fab_vi(cvi);
+    fab_ep_close(vi);
+    fab_cqx_close(&vi->own);
+    free(vi->sq.slots);
+    free(vi->rq.slots);
+    if (vi->arena)
+        munmap(vi->arena, vi->arena_len);
+    pthread_mutex_destroy(&vi->sq.lock);
+    pthread_mutex_destroy(&vi->rq.lock);
+    pthread_mutex_destroy(&vi->ep_lock);
+}
+
+static struct fab_queue *queue_of(struct fab_vi *vi, enum vipl_queue q)
+{
+    return q == VIPL_RECVQ ? &vi->rq : &vi->sq;
+}
+
+bool fab_queue_empty(struct vipl_vi *cvi, enum vipl_queue which)
+{
+    struct fab_queue *q = queue_of(fab_vi(cvi), which);
+    pthread_mutex_lock(&q->lock);
+    bool empty = q->head == q->tail;
+    pthread_mutex_unlock(&q->lock);
+    return empty;
+}
+
+void fab_vi_stats(struct vipl_vi *cvi, VIPX_VI_STATS *st)
+{
+    struct fab_vi *vi = fab_vi(cvi);
+    memset(st, 0, sizeof(*st));
+    st->SendsPosted = vi->sq.posted;
+    st->RecvsPosted = vi->rq.posted;
+}
+
+/* Writes back the oldest finished slots, in order. Under q->lock. */
+static void complete_in_order(struct fab_queue *q)
+{
+    while (q->done != q->tail) {
+        struct fab_slot *s = &q->slots[q->done % q->depth];
+        if (!s->finished)
+            break;
+        vipl_complete_desc(s->desc, s->status, s->len, s->imm);
+        q->done++;
+        q->completed++;
+        struct vipl_cq *cq = q->recv ? q->vi->core.recv_cq : q->vi->core.send_cq;
+        if (cq)
+            fab_cqx_notice(&fab_cq(cq)->x, &q->vi->core, q->recv);
+    }
+}
+
+void fab_slot_finish(struct fab_slot *s, uint32_t status, uint32_t len, uint32_t imm)
+{
+    struct fab_queue *q = s->q;
+    pthread_mutex_lock(&q->lock);
+    s->status = status;
+    s->len = len;
+    s->imm = imm;
+    s->finished = true;
+    if (s->on_wire)
+        q->outstanding--;
+    s->on_wire = false;
+    complete_in_order(q);
+    pthread_mutex_unlock(&q->lock);
+}
+
+/* Takes a slot for `wr` (NULL when the queue is full). Under q->lock. */
+static struct fab_slot *slot_take(struct fab_queue *q, struct vipl_wr *wr)
+{
+    if (q->tail - q->head >= q->depth)
+        return NULL;
+    struct fab_slot *s = &q->slots[q->tail % q->depth];
+    s->desc = wr->desc;
+    s->finished = false;
+    s->on_wire = false;
+    s->status = s->len = s->imm = 0;
+    s->nsge = wr->nsge;
+    for (uint32_t i = 0; i < wr->nsge; i++) {
+        s->iov[i] = (struct iovec){wr->sge[i].addr, wr->sge[i].len};
+        s->mrdesc[i] = fab_mr_desc(q->vi->core.nic, wr->sge[i].mr);
+    }
+    q->tail++;
+    q->posted++;
+    return s;
+}
+
+/* Marks a slot finished at once (an invalid descriptor, a flushed one). */
+static void slot_fail(struct fab_queue *q, struct fab_slot *s, uint32_t status)
+{
+    s->status = status;
+    s->finished = true;
+    complete_in_order(q);
+}
+
+static int post_recv_slot(struct fab_vi *vi, struct fab_slot *s)
+{
+    struct fi_msg msg = {.msg_iov = s->iov, .desc = s->mrdesc, .iov_count = s->nsge,
+                         .context = &s->ctx};
+    /* The endpoint's receive context holds a whole queue (rx_size), so
+     * FI_EAGAIN means a provider in trouble, not a full context. */
+    ssize_t r = fi_recvmsg(vi->ep, &msg, 0);
+    if (r == 0) {
+        s->on_wire = true;
+        vi->rq.outstanding++;
+    }
+    return (int)r;
+}
+
+int fab_rq_push(struct fab_vi *vi)
+{
+    struct fab_queue *q = &vi->rq;
+    pthread_mutex_lock(&q->lock);
+    int r = 0;
+    for (; q->wire != q->tail && r == 0; q->wire++) {
+        struct fab_slot *s = &q->slots[q->wire % q->depth];
+        if (!s->finished)
+            r = post_recv_slot(vi, s);
+    }
+    pthread_mutex_unlock(&q->lock);
+    return r;
+}
+
+VIP_RETURN fab_post_recv(struct vipl_vi *cvi, struct vipl_wr *wr)
+{
+    struct fab_vi *vi = fab_vi(cvi);
+    struct fab_queue *q = &vi->rq;
+    pthread_mutex_lock(&vi->ep_lock);
+    pthread_mutex_lock(&q->lock);
+    struct fab_slot *s = slot_take(q, wr);
+    VIP_RETURN ret = VIP_SUCCESS;
+    bool in_turn = s && q->wire == q->tail - 1; /* no earlier one waits for an endpoint */
+    if (!s)
+        ret = VIP_ERROR_RESOURCE;
+    else if (wr->error)
+        slot_fail(q, s, wr->error | VIP_STATUS_OP_RECEIVE);
+    else if (vipl_vi_state(cvi) == VIP_STATE_ERROR)
+        slot_fail(q, s, VIP_STATUS_DESC_FLUSHED_ERROR | VIP_STATUS_OP_RECEIVE);
+    else if (vi->ep && in_turn && post_recv_slot(vi, s) != 0)
+        slot_fail(q, s, VIP_STATUS_TRANSPORT_ERROR | VIP_STATUS_OP_RECEIVE);
+    else if (!vi->ep)
+        in_turn = false; /* handed over when the VI connects (fab_rq_push) */
+    if (in_turn)
+        q->wire = q->tail;
+    pthread_mutex_unlock(&q->lock);
+    pthread_mutex_unlock(&vi->ep_lock);
+    return ret;
+}
+
+/* One send, write, or write's notice on the wire. */
+static ssize_t send_op(struct fab_vi *vi, struct fab_slot *s, struct vipl_wr *wr)
+{
+    struct fab_nic *fn = fab_nic(vi->core.nic);
+    if (wr->op == VIP_CONTROL_OP_RDMAWRITE) {
+        struct fi_rma_iov rma = {.addr = wr->remote_addr, .len = wr->total,
+                                 .key = fab_mr_key(vi->core.nic, wr->remote_handle)};
+        struct fi_msg_rma m = {.msg_iov = s->iov, .desc = s->mrdesc, .iov_count = s->nsge,
+                               .rma_iov = &rma, .rma_iov_count = 1, .context = &s->ctx};
+        if (!wr->immediate)
+            return fi_writemsg(vi->ep, &m, FI_COMPLETION);
+        /* With immediate data: the write, then an empty send carrying the
+         * data that consumes the peer's receive (sends after writes keep
+         * their order: FI_ORDER_SAW, checked at connect). The write's own
+         * completion is suppressed; the notice's completes the slot. */
+        m.context = NULL;
+        ssize_t r = fi_writemsg(vi->ep, &m, 0);
+        if (r != 0)
+            return r;
+        /* The transmit context holds two operations per slot (tx_size),
+         * so the notice finds room: FI_EAGAIN here is a failure. */
+        uint64_t data = (uint64_t)FAB_DATA_RDMA_IMM << 32 | wr->imm;
+        struct fi_msg n = {.context = &s->ctx, .data = data};
+        r = fi_sendmsg(vi->ep, &n, FI_REMOTE_CQ_DATA | FI_COMPLETION);
+        return r == -FI_EAGAIN ? -FI_EIO : r;
+    }
+    struct fi_msg m = {.msg_iov = s->iov, .desc = s->mrdesc, .iov_count = s->nsge,
+                       .context = &s->ctx};
+    uint64_t flags = FI_COMPLETION;
+    if (wr->immediate && fn->cq_data_size >= 8) {
+        m.data = (uint64_t)FAB_DATA_SEND << 32 | wr->imm;
+        flags |= FI_REMOTE_CQ_DATA;
+    }
+    return fi_sendmsg(vi->ep, &m, flags);
+}
+
+VIP_RETURN fab_post_send(struct vipl_vi *cvi, struct vipl_wr *wr)
+{
+    struct fab_vi *vi = fab_vi(cvi);
+    struct fab_queue *q = &vi->sq;
+    uint32_t op = wr->op == VIP_CONTROL_OP_RDMAWRITE ? VIP_STATUS_OP_RDMA_WRITE : VIP_STATUS_OP_SEND;
+    pthread_mutex_lock(&vi->ep_lock);
+    pthread_mutex_lock(&q->lock);
+    struct fab_slot *s = slot_take(q, wr);
+    VIP_RETURN ret = VIP_SUCCESS;
+    if (!s) {
+        ret = VIP_ERROR_RESOURCE;
+    } else if (wr->error) {
+        slot_fail(q, s, wr->error | op);
+    } else if (!vi->ep || vipl_vi_state(cvi) != VIP_STATE_CONNECTED) {
+        slot_fail(q, s, VIP_STATUS_DESC_FLUSHED_ERROR | op);
+    } else {
+        ssize_t r;
+        while ((r = send_op(vi, s, wr)) == -FI_EAGAIN) {
+            pthread_mutex_unlock(&q->lock); /* the reader finishes our slots */
+            fab_cqx_progress(q->cqx);
+            pthread_mutex_lock(&q->lock);
+        }
+        if (r == 0) {
+            s->on_wire = true;
+            q->outstanding++;
+        } else {
+            slot_fail(q, s, VIP_STATUS_TRANSPORT_ERROR | op);
+        }
+    }
+    q->wire = q->tail;
+    pthread_mutex_unlock(&q->lock);
+    pthread_mutex_unlock(&vi->ep_lock);
+    if (s && s->finished && (s->status & VIP_STATUS_TRANSPORT_ERROR))
+        vipl_vi_fail(cvi, VIP_ERROR_CONN_LOST, wr->desc);
+    return ret;
+}
+
+static VIP_RETURN queue_done(struct fab_vi *vi, struct fab_queue *q, VIP_DESCRIPTOR **desc)
+{
+    pthread_mutex_lock(&q->lock);
+    bool ready = q->head != q->done;
+    pthread_mutex_unlock(&q->lock);
+    if (!ready) {
+        fab_cqx_progress(q->cqx);
+        if (vi->ep && (++vi->eq_poll & 63) == 0)
+            fab_ep_events(vi);
+    }
+    pthread_mutex_lock(&q->lock);
+    VIP_RETURN r = VIP_NOT_DONE;
+    if (q->head != q->done) {
+        *desc = q->slots[q->head % q->depth].desc;
+        q->head++;
+        r = VIP_SUCCESS;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return r;
+}
+
+VIP_RETURN fab_send_done(struct vipl_vi *cvi, VIP_DESCRIPTOR **desc)
+{
+    struct fab_vi *vi = fab_vi(cvi);
+    return queue_done(vi, &vi->sq, desc);
+}
+
+VIP_RETURN fab_recv_done(struct vipl_vi *cvi, VIP_DESCRIPTOR **desc)
+{
+    struct fab_vi *vi = fab_vi(cvi);
+    return queue_done(vi, &vi->rq, desc);
+}
+
+void fab_queue_flush(struct fab_queue *q)
+{
+    uint32_t op = q->recv ? VIP_STATUS_OP_RECEIVE : VIP_STATUS_OP_SEND;
+    pthread_mutex_lock(&q->lock);
+    for (uint32_t i = q->done; i != q->tail; i++) {
+        struct fab_slot *s = &q->slots[i % q->depth];
+        if (!s->finished) {
+            s->finished = true;
+            s->on_wire = false;
+            s->status = VIP_STATUS_DESC_FLUSHED_ERROR | op;
+            s->len = 0;
+        }
+    }
+    q->outstanding = 0;
+    q->wire = q->tail;
+    complete_in_order(q);
+    pthread_mutex_unlock(&q->lock);
+}
