@@ -41,10 +41,12 @@ struct fab_nic {
     struct fid_domain *domain;
     struct fid_mr **mrs;  /* by registration slot, VIPL_MR_MAX + 1 */
     bool mr_local, mr_virt, mr_prov_key;
+    size_t tx_iov_limit, rx_iov_limit;
     size_t cq_data_size;
     pthread_mutex_t lock; /* listeners */
     struct fab_listener *listeners;
     char prov_name[32];
+    struct fab_agent *agent;
 };
 
 /* One fi_cq and its reader's lock. For a VIPL CQ, also its notices. */
@@ -70,11 +72,17 @@ struct fab_slot {
     struct fab_queue *q;
     VIP_DESCRIPTOR *desc;
     uint32_t status, len, imm;
+    uint32_t total;    /* a send's bytes */
+    uint32_t op;       /* VIP_STATUS_OP_* of its completion */
     bool finished;     /* libfabric (or the post, for an invalid one) is done */
     bool on_wire;      /* handed to libfabric */
     uint32_t nsge;
     struct iovec iov[VIPL_MAX_SEGS];
     void *mrdesc[VIPL_MAX_SEGS];
+    void *bounce; /* more segments than the provider takes: fabric_bounce.c */
+    struct fid_mr *bounce_mr;
+    void *bounce_desc;
+    struct iovec bounce_iov;
 };
 
 struct fab_queue {
@@ -89,7 +97,7 @@ struct fab_queue {
     uint32_t tail;   /* next free */
     uint32_t outstanding; /* on the wire, not finished */
     struct fab_cqx *cqx;  /* the fi_cq this queue reports to */
-    uint64_t posted, completed;
+    uint64_t posted, completed, bytes, rdma_writes, peer_errors;
 };
 
 struct fab_vi {
@@ -100,7 +108,7 @@ struct fab_vi {
     struct fid_eq *eq;
     pthread_mutex_t ep_lock; /* ep/eq lifetime against posts and reads */
     atomic_bool wake;
-    unsigned eq_poll;
+    atomic_bool agent_busy; /* fabric_agent.c */
     void *arena; /* VipxViArena's memory (mmap) */
     size_t arena_len;
 };
@@ -154,6 +162,19 @@ void fab_slot_finish(struct fab_slot *s, uint32_t status, uint32_t len, uint32_t
 int fab_rq_push(struct fab_vi *vi);
 /* Every descriptor not yet completed completes flushed. */
 void fab_queue_flush(struct fab_queue *q);
+
+/* fabric_agent.c */
+struct fab_agent *fab_agent_start(struct vipl_nic *nic);
+void fab_agent_stop(struct fab_agent *a);
+/* Waits until the agent is done with a VI being destroyed. */
+void fab_agent_forget(struct fab_vi *vi);
+
+/* fabric_bounce.c */
+int fab_bounce_take(struct fab_nic *fn, struct fab_slot *s, bool gather);
+/* Scatters a receive's `len` bytes (scatter) and lets the buffer go. */
+void fab_bounce_done(struct fab_slot *s, uint32_t len, bool scatter);
+/* What to post for the slot: its segments, or its bounce buffer. */
+void fab_slot_iov(struct fab_slot *s, struct iovec **iov, void ***desc, size_t *count);
 
 /* fabric_cq.c */
 VIP_RETURN fab_create_cq(struct vipl_cq *cq);

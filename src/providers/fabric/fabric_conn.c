@@ -316,6 +316,8 @@ static VIP_RETURN wait_connected(struct fab_vi *vi, const struct timespec *deadl
             /* refused with our REJECT: the server said no; else nobody listens */
             return fab_cm_check(u.b, n, FAB_CM_REJECT, &m) ? VIP_REJECT : VIP_NO_MATCH;
         }
+        if (getenv("FAB_DEBUG"))
+            fprintf(stderr, "fabric: connect event %zd\n", r);
         if (r == -FI_EHOSTUNREACH || r == -FI_ENETUNREACH || r == -FI_ETIMEDOUT)
             return VIP_NOT_REACHABLE;
         if (r < 0)

@@ -6,7 +6,7 @@
  * is poll() on the fi_cq's wait object (FI_WAIT_FD) after fi_trywait says
  * nothing is pending inside the provider; sleeps are bounded (FAB_SLEEP_MS)
  * because a peer's shutdown arrives on the endpoint's event queue, which
- * no fi_cq descriptor reports, and is read only by the waiters' rounds.
+ * no fi_cq descriptor reports: the agent reads it (fabric_agent.c).
  */
 #include <errno.h>
 #include <poll.h>
@@ -32,6 +32,7 @@ void fab_destroy_cq(struct vipl_cq *ccq)
 VIP_RETURN fab_resize_cq(struct vipl_cq *ccq, VIP_ULONG entries)
 {
     struct fab_cqx *x = &fab_cq(ccq)->x;
+    fab_cqx_progress(x); /* what the provider holds counts as pending too */
     pthread_mutex_lock(&x->nlock);
     VIP_RETURN r = VIP_SUCCESS;
     if (entries < x->ntail - x->nhead) {
@@ -54,17 +55,6 @@ VIP_RETURN fab_resize_cq(struct vipl_cq *ccq, VIP_ULONG entries)
     }
     pthread_mutex_unlock(&x->nlock);
     return r;
-}
-
-/* Connection events of the VIs reporting to this CQ (a peer's shutdown). */
-static void cq_ep_events(struct vipl_cq *ccq)
-{
-    struct vipl_nic *nic = ccq->nic;
-    pthread_mutex_lock(&nic->lock);
-    for (struct vipl_vi *vi = nic->vis; vi; vi = vi->next)
-        if ((vi->send_cq == ccq || vi->recv_cq == ccq) && fab_vi(vi)->ep)
-            fab_ep_events(fab_vi(vi));
-    pthread_mutex_unlock(&nic->lock);
 }
 
 VIP_RETURN fab_cq_done(struct vipl_cq *ccq, struct vipl_vi **vi, VIP_BOOLEAN *recvq)
@@ -98,15 +88,8 @@ uint32_t fab_wait_prepare(void *obj, enum vipl_queue q)
 int fab_wait_sleep(void *obj, enum vipl_queue q, uint32_t token, const struct timespec *deadline)
 {
     (void)token;
-    if (q == VIPL_CQ) {
-        cq_ep_events(obj);
-    } else {
-        struct fab_vi *vi = fab_vi(obj);
-        if (atomic_exchange(&vi->wake, false))
-            return 0;
-        if (vi->ep)
-            fab_ep_events(vi);
-    }
+    if (q != VIPL_CQ && atomic_exchange(&fab_vi(obj)->wake, false))
+        return 0;
     return fab_cqx_sleep(cqx_of(obj, q), deadline, FAB_SLEEP_MS);
 }
 
@@ -136,7 +119,6 @@ bool fab_cq_wait_drain(struct vipl_cq *ccq)
 int fab_cq_sleep_bound(struct vipl_cq *ccq)
 {
     struct fab_cqx *x = &fab_cq(ccq)->x;
-    cq_ep_events(ccq);
     struct fid *f = &x->cq->fid;
     /* Something already inside the provider: the next poll must not sleep. */
     return fi_trywait(x->fabric, &f, 1) == 0 ? FAB_SLEEP_MS : 0;

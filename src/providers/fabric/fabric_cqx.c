@@ -80,13 +80,6 @@ bool fab_cqx_take(struct fab_cqx *x, struct vipl_vi **vi, bool *recvq)
     return got;
 }
 
-static uint32_t op_of(const struct fab_slot *s, uint64_t flags)
-{
-    if (!s->q->recv)
-        return (flags & FI_WRITE) ? VIP_STATUS_OP_RDMA_WRITE : VIP_STATUS_OP_SEND;
-    return VIP_STATUS_OP_RECEIVE;
-}
-
 /* A receive's remote CQ data, checked: false fails the connection. */
 static bool recv_data(const struct fi_cq_data_entry *e, uint32_t *status, uint32_t *imm)
 {
@@ -108,7 +101,9 @@ static bool recv_data(const struct fi_cq_data_entry *e, uint32_t *status, uint32
 
 static void fail_slot(struct fab_slot *s, uint32_t status)
 {
-    fab_slot_finish(s, status, 0, 0);
+    if (s->q->recv && (status & VIP_STATUS_TRANSPORT_ERROR))
+        s->q->peer_errors++; /* (the reader's lock orders these) */
+    fab_slot_finish(s, status, 0, s->q->recv ? 0 : s->imm);
     vipl_vi_fail(&s->q->vi->core, VIP_ERROR_CONN_LOST, s->desc);
 }
 
@@ -118,9 +113,9 @@ static void read_error(struct fab_cqx *x)
     if (fi_cq_readerr(x->cq, &err, 0) != 1 || !err.op_context)
         return; /* a suppressed write's error: its notice fails too */
     struct fab_slot *s = err.op_context;
-    uint32_t op = op_of(s, err.flags);
+    uint32_t op = s->op;
     if (err.err == FI_ECANCELED) {
-        fab_slot_finish(s, VIP_STATUS_DESC_FLUSHED_ERROR | op, 0, 0);
+        fab_slot_finish(s, VIP_STATUS_DESC_FLUSHED_ERROR | op, 0, s->q->recv ? 0 : s->imm);
         return;
     }
     /* A message longer than the receive: the peer's fault, its connection's end. */
@@ -144,16 +139,15 @@ void fab_cqx_progress(struct fab_cqx *x)
             struct fab_slot *s = e[i].op_context;
             if (!s)
                 continue;
-            uint32_t status = op_of(s, e[i].flags), imm = 0;
+            uint32_t status = s->op, imm = 0;
             if (s->q->recv && (e[i].len > UINT32_MAX || !recv_data(&e[i], &status, &imm))) {
                 fail_slot(s, VIP_STATUS_TRANSPORT_ERROR | VIP_STATUS_OP_RECEIVE);
                 continue;
             }
-            uint32_t len = s->q->recv ? (uint32_t)e[i].len : 0;
             if (!s->q->recv)
-                for (uint32_t k = 0; k < s->nsge; k++)
-                    len += (uint32_t)s->iov[k].iov_len;
-            fab_slot_finish(s, status, len, imm);
+                fab_slot_finish(s, status, s->total, s->imm);
+            else
+                fab_slot_finish(s, status, (uint32_t)e[i].len, imm);
         }
     }
     pthread_mutex_unlock(&x->lock);

@@ -93,6 +93,8 @@ static int fab_open_nic(struct vipl_nic *nic)
     fn->mr_virt = true;
     fn->mr_prov_key = (m & FI_MR_PROV_KEY) != 0;
     fn->cq_data_size = fn->info->domain_attr->cq_data_size;
+    fn->tx_iov_limit = fn->info->tx_attr->iov_limit ? fn->info->tx_attr->iov_limit : 1;
+    fn->rx_iov_limit = fn->info->rx_attr->iov_limit ? fn->info->rx_attr->iov_limit : 1;
     strncpy(fn->prov_name, fn->info->fabric_attr->prov_name, sizeof fn->prov_name - 1);
     fn->mrs = calloc(VIPL_MR_MAX + 1, sizeof(*fn->mrs));
     if (!fn->mrs || fi_fabric(fn->info->fabric_attr, &fn->fabric, NULL) != 0)
@@ -100,6 +102,12 @@ static int fab_open_nic(struct vipl_nic *nic)
     if (fi_domain(fn->fabric, fn->info, &fn->domain, NULL) != 0)
         goto fail;
     nic->prov_nic = fn;
+    fn->agent = fab_agent_start(nic);
+    if (!fn->agent) {
+        nic->prov_nic = NULL;
+        fi_close(&fn->domain->fid);
+        goto fail;
+    }
     return 0;
 fail:
     if (fn->fabric)
@@ -115,6 +123,7 @@ fail:
 static void fab_close_nic(struct vipl_nic *nic)
 {
     struct fab_nic *fn = fab_nic(nic);
+    fab_agent_stop(fn->agent);
     fab_close_listeners(fn);
     for (uint32_t i = 0; i <= VIPL_MR_MAX; i++)
         if (fn->mrs[i])

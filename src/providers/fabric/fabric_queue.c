@@ -68,6 +68,7 @@ VIP_RETURN fab_create_vi(struct vipl_vi *cvi, const VIPX_VI_CONFIG *cfg)
 void fab_destroy_vi(struct vipl_vi *cvi)
 {
     struct fab_vi *vi = fab_vi(cvi);
+    fab_agent_forget(vi);
     fab_ep_close(vi);
     fab_cqx_close(&vi->own);
     free(vi->sq.slots);
@@ -97,8 +98,18 @@ void fab_vi_stats(struct vipl_vi *cvi, VIPX_VI_STATS *st)
 {
     struct fab_vi *vi = fab_vi(cvi);
     memset(st, 0, sizeof(*st));
+    pthread_mutex_lock(&vi->sq.lock);
     st->SendsPosted = vi->sq.posted;
+    st->SendsCompleted = vi->sq.completed;
+    st->BytesSent = vi->sq.bytes;
+    st->RdmaWrites = vi->sq.rdma_writes;
+    pthread_mutex_unlock(&vi->sq.lock);
+    pthread_mutex_lock(&vi->rq.lock);
     st->RecvsPosted = vi->rq.posted;
+    st->RecvsCompleted = vi->rq.completed;
+    st->BytesReceived = vi->rq.bytes;
+    st->PeerProtocolErrors = vi->rq.peer_errors;
+    pthread_mutex_unlock(&vi->rq.lock);
 }
 
 /* Writes back the oldest finished slots, in order. Under q->lock. */
@@ -111,6 +122,11 @@ static void complete_in_order(struct fab_queue *q)
         vipl_complete_desc(s->desc, s->status, s->len, s->imm);
         q->done++;
         q->completed++;
+        if (!(s->status & VIP_STATUS_ERROR_MASK)) {
+            q->bytes += s->len;
+            if ((s->status & VIP_STATUS_OP_MASK) == VIP_STATUS_OP_RDMA_WRITE)
+                q->rdma_writes++;
+        }
         struct vipl_cq *cq = q->recv ? q->vi->core.recv_cq : q->vi->core.send_cq;
         if (cq)
             fab_cqx_notice(&fab_cq(cq)->x, &q->vi->core, q->recv);
@@ -125,6 +141,7 @@ void fab_slot_finish(struct fab_slot *s, uint32_t status, uint32_t len, uint32_t
     s->len = len;
     s->imm = imm;
     s->finished = true;
+    fab_bounce_done(s, len, q->recv && !(status & VIP_STATUS_ERROR_MASK));
     if (s->on_wire)
         q->outstanding--;
     s->on_wire = false;
@@ -141,12 +158,21 @@ static struct fab_slot *slot_take(struct fab_queue *q, struct vipl_wr *wr)
     s->desc = wr->desc;
     s->finished = false;
     s->on_wire = false;
-    s->status = s->len = s->imm = 0;
+    s->status = s->len = 0;
+    s->imm = wr->imm; /* a send's completion shows its own immediate data */
+    s->total = (uint32_t)wr->total;
+    s->op = q->recv ? VIP_STATUS_OP_RECEIVE
+            : wr->op == VIP_CONTROL_OP_RDMAWRITE ? VIP_STATUS_OP_RDMA_WRITE : VIP_STATUS_OP_SEND;
     s->nsge = wr->nsge;
     for (uint32_t i = 0; i < wr->nsge; i++) {
         s->iov[i] = (struct iovec){wr->sge[i].addr, wr->sge[i].len};
         s->mrdesc[i] = fab_mr_desc(q->vi->core.nic, wr->sge[i].mr);
     }
+    s->bounce = NULL;
+    struct fab_nic *fn = fab_nic(q->vi->core.nic);
+    if (!wr->error && wr->nsge > (q->recv ? fn->rx_iov_limit : fn->tx_iov_limit) &&
+        fab_bounce_take(fn, s, !q->recv) != 0)
+        return NULL;
     q->tail++;
     q->posted++;
     return s;
@@ -155,6 +181,7 @@ static struct fab_slot *slot_take(struct fab_queue *q, struct vipl_wr *wr)
 /* Marks a slot finished at once (an invalid descriptor, a flushed one). */
 static void slot_fail(struct fab_queue *q, struct fab_slot *s, uint32_t status)
 {
+    fab_bounce_done(s, 0, false);
     s->status = status;
     s->finished = true;
     complete_in_order(q);
@@ -162,8 +189,8 @@ static void slot_fail(struct fab_queue *q, struct fab_slot *s, uint32_t status)
 
 static int post_recv_slot(struct fab_vi *vi, struct fab_slot *s)
 {
-    struct fi_msg msg = {.msg_iov = s->iov, .desc = s->mrdesc, .iov_count = s->nsge,
-                         .context = &s->ctx};
+    struct fi_msg msg = {.context = &s->ctx};
+    fab_slot_iov(s, (struct iovec **)&msg.msg_iov, &msg.desc, &msg.iov_count);
     /* The endpoint's receive context holds a whole queue (rx_size), so
      * FI_EAGAIN means a provider in trouble, not a full context. */
     ssize_t r = fi_recvmsg(vi->ep, &msg, 0);
@@ -221,10 +248,12 @@ static ssize_t send_op(struct fab_vi *vi, struct fab_slot *s, struct vipl_wr *wr
     if (wr->op == VIP_CONTROL_OP_RDMAWRITE) {
         struct fi_rma_iov rma = {.addr = wr->remote_addr, .len = wr->total,
                                  .key = fab_mr_key(vi->core.nic, wr->remote_handle)};
-        struct fi_msg_rma m = {.msg_iov = s->iov, .desc = s->mrdesc, .iov_count = s->nsge,
-                               .rma_iov = &rma, .rma_iov_count = 1, .context = &s->ctx};
+        struct fi_msg_rma m = {.rma_iov = &rma, .rma_iov_count = 1, .context = &s->ctx};
+        fab_slot_iov(s, (struct iovec **)&m.msg_iov, &m.desc, &m.iov_count);
+        /* Complete only once the bytes are in the target's memory, as VIA's
+         * RDMA write (the peer may look at once, told by other means). */
         if (!wr->immediate)
-            return fi_writemsg(vi->ep, &m, FI_COMPLETION);
+            return fi_writemsg(vi->ep, &m, FI_COMPLETION | FI_DELIVERY_COMPLETE);
         /* With immediate data: the write, then an empty send carrying the
          * data that consumes the peer's receive (sends after writes keep
          * their order: FI_ORDER_SAW, checked at connect). The write's own
@@ -240,8 +269,8 @@ static ssize_t send_op(struct fab_vi *vi, struct fab_slot *s, struct vipl_wr *wr
         r = fi_sendmsg(vi->ep, &n, FI_REMOTE_CQ_DATA | FI_COMPLETION);
         return r == -FI_EAGAIN ? -FI_EIO : r;
     }
-    struct fi_msg m = {.msg_iov = s->iov, .desc = s->mrdesc, .iov_count = s->nsge,
-                       .context = &s->ctx};
+    struct fi_msg m = {.context = &s->ctx};
+    fab_slot_iov(s, (struct iovec **)&m.msg_iov, &m.desc, &m.iov_count);
     uint64_t flags = FI_COMPLETION;
     if (wr->immediate && fn->cq_data_size >= 8) {
         m.data = (uint64_t)FAB_DATA_SEND << 32 | wr->imm;
@@ -287,16 +316,13 @@ VIP_RETURN fab_post_send(struct vipl_vi *cvi, struct vipl_wr *wr)
     return ret;
 }
 
-static VIP_RETURN queue_done(struct fab_vi *vi, struct fab_queue *q, VIP_DESCRIPTOR **desc)
+static VIP_RETURN queue_done(struct fab_queue *q, VIP_DESCRIPTOR **desc)
 {
     pthread_mutex_lock(&q->lock);
     bool ready = q->head != q->done;
     pthread_mutex_unlock(&q->lock);
-    if (!ready) {
+    if (!ready)
         fab_cqx_progress(q->cqx);
-        if (vi->ep && (++vi->eq_poll & 63) == 0)
-            fab_ep_events(vi);
-    }
     pthread_mutex_lock(&q->lock);
     VIP_RETURN r = VIP_NOT_DONE;
     if (q->head != q->done) {
@@ -311,13 +337,13 @@ static VIP_RETURN queue_done(struct fab_vi *vi, struct fab_queue *q, VIP_DESCRIP
 VIP_RETURN fab_send_done(struct vipl_vi *cvi, VIP_DESCRIPTOR **desc)
 {
     struct fab_vi *vi = fab_vi(cvi);
-    return queue_done(vi, &vi->sq, desc);
+    return queue_done(&vi->sq, desc);
 }
 
 VIP_RETURN fab_recv_done(struct vipl_vi *cvi, VIP_DESCRIPTOR **desc)
 {
     struct fab_vi *vi = fab_vi(cvi);
-    return queue_done(vi, &vi->rq, desc);
+    return queue_done(&vi->rq, desc);
 }
 
 void fab_queue_flush(struct fab_queue *q)
@@ -327,6 +353,7 @@ void fab_queue_flush(struct fab_queue *q)
     for (uint32_t i = q->done; i != q->tail; i++) {
         struct fab_slot *s = &q->slots[i % q->depth];
         if (!s->finished) {
+            fab_bounce_done(s, 0, false);
             s->finished = true;
             s->on_wire = false;
             s->status = VIP_STATUS_DESC_FLUSHED_ERROR | op;
