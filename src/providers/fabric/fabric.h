@@ -27,13 +27,15 @@
 #define FAB_DEPTH_MAX 4096u
 #define FAB_MAX_TRANSFER (4u << 20)
 #define FAB_CM_DATA_MAX 48 /* what verbs carries; tcp carries more */
-#define FAB_PORT_BASE 20000u
+#define FAB_PORT_BASE 10000u
 #define FAB_PORT_SPAN 20000u
 
-/* The upper half of remote CQ data: what the lower half (the immediate
- * data) belongs to. Anything else from a peer fails its connection. */
+/* Remote CQ data: bits 0-31 the immediate data, 32-55 the length of the
+ * RDMA write a notice stands for, 56-63 the kind. Anything else from a
+ * peer fails its connection. */
 #define FAB_DATA_SEND 1u     /* a send with immediate data */
 #define FAB_DATA_RDMA_IMM 2u /* the notice after an RDMA write with immediate data */
+#define FAB_DATA(kind, len, imm) ((uint64_t)(kind) << 56 | (uint64_t)(len) << 32 | (imm))
 
 struct fab_nic {
     struct fi_info *info; /* the provider chosen at VipOpenNic */
@@ -204,6 +206,9 @@ VIP_RETURN fab_unlisten(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
 void fab_close_listeners(struct fab_nic *fn);
 /* Reads the VI's connection events (a peer's shutdown); manual progress. */
 void fab_ep_events(struct fab_vi *vi);
+/* The VI's end on our side (an invalid descriptor on a reliable VI, a
+ * peer's bad data): it turns ERROR, reports `code`, the peer is told. */
+void fab_vi_break(struct fab_vi *vi, VIP_ERROR_CODE code, VIP_DESCRIPTOR *desc);
 /* Closes the endpoint and its event queue (after the queues are flushed). */
 void fab_ep_close(struct fab_vi *vi);
 

@@ -45,6 +45,8 @@ void fab_bounce_done(struct fab_slot *s, uint32_t len, bool scatter)
     if (!s->bounce)
         return;
     if (scatter) {
+        if (len > s->bounce_iov.iov_len)
+            len = (uint32_t)s->bounce_iov.iov_len;
         size_t off = 0;
         for (uint32_t i = 0; i < s->nsge && off < len; i++) {
             size_t n = s->iov[i].iov_len < len - off ? s->iov[i].iov_len : len - off;

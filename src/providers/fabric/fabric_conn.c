@@ -28,6 +28,8 @@ struct fab_listener {
     uint64_t fp;
     struct fid_pep *pep;
     struct fid_eq *eq;
+    atomic_uint refs;    /* the list's, each VipConnectWait's, each pending request's */
+    atomic_bool closed;  /* unlistened: its waiters return */
 };
 
 /* A request VipConnectWait took, until Accept or Reject. */
@@ -98,6 +100,14 @@ static struct fab_listener *listener_find(struct fab_nic *fn, const VIP_NET_ADDR
     return NULL;
 }
 
+static void listener_free(struct fab_listener *l);
+
+static void listener_put(struct fab_listener *l)
+{
+    if (atomic_fetch_sub(&l->refs, 1) == 1)
+        listener_free(l);
+}
+
 static void listener_free(struct fab_listener *l)
 {
     if (l->pep)
@@ -107,12 +117,15 @@ static void listener_free(struct fab_listener *l)
     free(l);
 }
 
-/* The listener for `a`, made if need be. Under fn->lock. */
+/* The listener for `a`, made if need be, with a reference for the
+ * caller. Under fn->lock. */
 static struct fab_listener *listener_get(struct fab_nic *fn, const VIP_NET_ADDRESS *a)
 {
     struct fab_listener *l = listener_find(fn, a);
-    if (l)
+    if (l) {
+        atomic_fetch_add(&l->refs, 1);
         return l;
+    }
     l = calloc(1, sizeof(*l));
     if (!l)
         return NULL;
@@ -122,15 +135,19 @@ static struct fab_listener *listener_get(struct fab_nic *fn, const VIP_NET_ADDRE
     memcpy(l->disc, disc_of(a), l->disc_len);
     l->fp = fab_disc_fp(l->disc, l->disc_len);
     struct fi_info *info = addr_info(fn, a, true);
-    if (!info || fi_passive_ep(fn->fabric, info, &l->pep, NULL) != 0 ||
-        eq_open(fn, &l->eq) != 0 || fi_pep_bind(l->pep, &l->eq->fid, 0) != 0 ||
-        fi_listen(l->pep) != 0) {
+    int r1 = -1, r2 = -1, r3 = -1, r4 = -1;
+    if (!info || (r1 = fi_passive_ep(fn->fabric, info, &l->pep, NULL)) != 0 ||
+        (r2 = eq_open(fn, &l->eq)) != 0 || (r3 = fi_pep_bind(l->pep, &l->eq->fid, 0)) != 0 ||
+        (r4 = fi_listen(l->pep)) != 0) {
+        if (getenv("FAB_DEBUG"))
+            fprintf(stderr, "fabric: listen %p %d %d %d %d\n", (void *)info, r1, r2, r3, r4);
         if (info)
             fi_freeinfo(info);
         listener_free(l);
         return NULL; /* the port is taken (another process, another discriminator) */
     }
     fi_freeinfo(info);
+    atomic_store(&l->refs, 2);
     l->next = fn->listeners;
     fn->listeners = l;
     return l;
@@ -143,7 +160,10 @@ VIP_RETURN fab_listen(struct vipl_nic *nic, const VIP_NET_ADDRESS *local, bool a
     pthread_mutex_lock(&fn->lock);
     struct fab_listener *l = listener_get(fn, local);
     pthread_mutex_unlock(&fn->lock);
-    return l ? VIP_SUCCESS : VIP_ERROR_RESOURCE;
+    if (!l)
+        return VIP_ERROR_RESOURCE;
+    listener_put(l);
+    return VIP_SUCCESS;
 }
 
 VIP_RETURN fab_unlisten(struct vipl_nic *nic, const VIP_NET_ADDRESS *local)
@@ -160,7 +180,8 @@ VIP_RETURN fab_unlisten(struct vipl_nic *nic, const VIP_NET_ADDRESS *local)
     pthread_mutex_unlock(&fn->lock);
     if (!l)
         return VIP_INVALID_STATE;
-    listener_free(l); /* a VipConnectWait still reading it: see docs/VIPL.md */
+    atomic_store(&l->closed, true); /* its VipConnectWaits return within 100 ms */
+    listener_put(l);
     return VIP_SUCCESS;
 }
 
@@ -169,7 +190,8 @@ void fab_close_listeners(struct fab_nic *fn)
     while (fn->listeners) {
         struct fab_listener *l = fn->listeners;
         fn->listeners = l->next;
-        listener_free(l);
+        atomic_store(&l->closed, true);
+        listener_put(l);
     }
 }
 
@@ -181,12 +203,20 @@ static void reject(struct fab_listener *l, struct fi_info *info)
     fi_freeinfo(info);
 }
 
+static void pending_free(struct fab_pending *p)
+{
+    listener_put(p->l);
+    free(p);
+}
+
 /* Reads one event within the deadline: its type, or -errno (-ETIMEDOUT).
  * An error event is read too: -FI_ECONNREFUSED &c, with its data in buf. */
 static ssize_t eq_next(struct fid_eq *eq, uint32_t *event, void *buf, size_t len,
-                       const struct timespec *deadline, size_t *data_len)
+                       const struct timespec *deadline, size_t *data_len, atomic_bool *stop)
 {
     for (;;) {
+        if (stop && atomic_load(stop))
+            return -ECANCELED;
         int ms = vipl_ms_left(deadline);
         ssize_t n = fi_eq_sread(eq, event, buf, len, ms < 0 || ms > 100 ? 100 : ms, 0);
         if (n >= 0) {
@@ -225,9 +255,11 @@ VIP_RETURN fab_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
     for (;;) {
         uint32_t ev;
         size_t n;
-        ssize_t r = eq_next(l->eq, &ev, &u, sizeof u, deadline, &n);
-        if (r == -ETIMEDOUT)
-            return VIP_TIMEOUT;
+        ssize_t r = eq_next(l->eq, &ev, &u, sizeof u, deadline, &n, &l->closed);
+        if (r == -ETIMEDOUT || r == -ECANCELED) {
+            listener_put(l);
+            return r == -ETIMEDOUT ? VIP_TIMEOUT : VIP_INVALID_STATE;
+        }
         if (r < 0 || ev != FI_CONNREQ || n < sizeof u.e)
             continue; /* a failed request's error: nothing to answer */
         struct fab_cm m;
@@ -239,9 +271,10 @@ VIP_RETURN fab_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
         struct fab_pending *p = malloc(sizeof(*p));
         if (!p) {
             reject(l, info);
+            listener_put(l);
             return VIP_ERROR_RESOURCE;
         }
-        *p = (struct fab_pending){info, l};
+        *p = (struct fab_pending){info, l}; /* our reference goes with it */
         conn->prov_conn = p;
         fab_cm_attrs(&m, &conn->remote_attrs);
         memset(remote->HostAddress, 0, 4);
@@ -308,7 +341,7 @@ static VIP_RETURN wait_connected(struct fab_vi *vi, const struct timespec *deadl
     for (;;) {
         uint32_t ev;
         size_t n;
-        ssize_t r = eq_next(vi->eq, &ev, &u, sizeof u, deadline, &n);
+        ssize_t r = eq_next(vi->eq, &ev, &u, sizeof u, deadline, &n, NULL);
         if (r == -ETIMEDOUT)
             return VIP_TIMEOUT;
         if (r == -FI_ECONNREFUSED) {
@@ -340,14 +373,14 @@ VIP_RETURN fab_connect_accept(struct vipl_conn *conn, struct vipl_vi *cvi)
     if (ep_open(vi, p->info) != 0 || fab_rq_push(vi) != 0) {
         fab_ep_close(vi);
         reject(p->l, p->info);
-        free(p);
+        pending_free(p);
         return VIP_ERROR_RESOURCE;
     }
     struct fab_cm m;
     fab_cm_build(&m, FAB_CM_ACCEPT, &cvi->attrs, 0, NULL, 0);
     VIP_RETURN r = fi_accept(vi->ep, &m, sizeof m) == 0 ? VIP_SUCCESS : VIP_ERROR_RESOURCE;
     fi_freeinfo(p->info);
-    free(p);
+    pending_free(p);
     struct timespec buf;
     if (r == VIP_SUCCESS)
         r = wait_connected(vi, vipl_deadline(FAB_ACCEPT_MS, &buf), NULL, false);
@@ -370,7 +403,7 @@ void fab_connect_reject(struct vipl_conn *conn)
     conn->prov_conn = NULL;
     if (p) {
         reject(p->l, p->info);
-        free(p);
+        pending_free(p);
     }
 }
 
@@ -424,6 +457,16 @@ VIP_RETURN fab_disconnect(struct vipl_vi *cvi)
     atomic_store(&cvi->state, VIP_STATE_IDLE);
     atomic_store(&vi->wake, true);
     return VIP_SUCCESS;
+}
+
+void fab_vi_break(struct fab_vi *vi, VIP_ERROR_CODE code, VIP_DESCRIPTOR *desc)
+{
+    pthread_mutex_lock(&vi->ep_lock);
+    if (vi->ep)
+        fi_shutdown(vi->ep, 0); /* the peer's VI breaks too */
+    pthread_mutex_unlock(&vi->ep_lock);
+    vipl_vi_fail(&vi->core, code, desc);
+    flush_all(vi);
 }
 
 void fab_ep_events(struct fab_vi *vi)

@@ -81,33 +81,50 @@ bool fab_cqx_take(struct fab_cqx *x, struct vipl_vi **vi, bool *recvq)
 }
 
 /* A receive's remote CQ data, checked: false fails the connection. */
-static bool recv_data(const struct fi_cq_data_entry *e, uint32_t *status, uint32_t *imm)
+static bool recv_data(const struct fi_cq_data_entry *e, uint32_t *status, uint32_t *len,
+                      uint32_t *imm)
 {
+    *len = (uint32_t)e->len;
     if (!(e->flags & FI_REMOTE_CQ_DATA))
         return true;
-    uint32_t kind = (uint32_t)(e->data >> 32);
+    uint32_t kind = (uint32_t)(e->data >> 56), wlen = (uint32_t)(e->data >> 32) & 0xffffff;
     *imm = (uint32_t)e->data;
-    if (kind == FAB_DATA_SEND) {
+    if (kind == FAB_DATA_SEND && wlen == 0) {
         *status |= VIP_STATUS_IMMEDIATE;
         return true;
     }
-    if (kind == FAB_DATA_RDMA_IMM && e->len == 0) {
+    if (kind == FAB_DATA_RDMA_IMM && e->len == 0 && wlen <= FAB_MAX_TRANSFER) {
         *status = (*status & ~VIP_STATUS_OP_MASK) | VIP_STATUS_OP_REMOTE_RDMA_WRITE |
                   VIP_STATUS_IMMEDIATE;
+        *len = wlen; /* VIA: the receive shows the write's length */
         return true;
     }
     return false;
 }
 
-static void fail_slot(struct fab_slot *s, uint32_t status)
+/* VIs to break once the reader's lock is let go (fab_vi_break takes the
+ * endpoint's lock, which posters hold while they read the fi_cq). */
+struct breaks {
+    struct fab_vi *vi[16];
+    VIP_DESCRIPTOR *desc[16];
+    unsigned n;
+};
+
+static void fail_slot(struct fab_slot *s, uint32_t status, struct breaks *b)
 {
     if (s->q->recv && (status & VIP_STATUS_TRANSPORT_ERROR))
         s->q->peer_errors++; /* (the reader's lock orders these) */
     fab_slot_finish(s, status, 0, s->q->recv ? 0 : s->imm);
-    vipl_vi_fail(&s->q->vi->core, VIP_ERROR_CONN_LOST, s->desc);
+    for (unsigned i = 0; i < b->n; i++)
+        if (b->vi[i] == s->q->vi)
+            return;
+    if (b->n < 16) {
+        b->vi[b->n] = s->q->vi;
+        b->desc[b->n++] = s->desc;
+    }
 }
 
-static void read_error(struct fab_cqx *x)
+static void read_error(struct fab_cqx *x, struct breaks *b)
 {
     struct fi_cq_err_entry err = {0};
     if (fi_cq_readerr(x->cq, &err, 0) != 1 || !err.op_context)
@@ -120,17 +137,18 @@ static void read_error(struct fab_cqx *x)
     }
     /* A message longer than the receive: the peer's fault, its connection's end. */
     uint32_t status = err.err == FI_ETRUNC ? VIP_STATUS_LENGTH_ERROR : VIP_STATUS_TRANSPORT_ERROR;
-    fail_slot(s, status | op);
+    fail_slot(s, status | op, b);
 }
 
 void fab_cqx_progress(struct fab_cqx *x)
 {
     struct fi_cq_data_entry e[16];
+    struct breaks b = {.n = 0};
     pthread_mutex_lock(&x->lock);
     for (;;) {
         ssize_t n = fi_cq_read(x->cq, e, 16);
         if (n == -FI_EAVAIL) {
-            read_error(x);
+            read_error(x, &b);
             continue;
         }
         if (n <= 0)
@@ -139,18 +157,20 @@ void fab_cqx_progress(struct fab_cqx *x)
             struct fab_slot *s = e[i].op_context;
             if (!s)
                 continue;
-            uint32_t status = s->op, imm = 0;
-            if (s->q->recv && (e[i].len > UINT32_MAX || !recv_data(&e[i], &status, &imm))) {
-                fail_slot(s, VIP_STATUS_TRANSPORT_ERROR | VIP_STATUS_OP_RECEIVE);
+            uint32_t status = s->op, imm = 0, len = 0;
+            if (s->q->recv && (e[i].len > UINT32_MAX || !recv_data(&e[i], &status, &len, &imm))) {
+                fail_slot(s, VIP_STATUS_TRANSPORT_ERROR | VIP_STATUS_OP_RECEIVE, &b);
                 continue;
             }
             if (!s->q->recv)
                 fab_slot_finish(s, status, s->total, s->imm);
             else
-                fab_slot_finish(s, status, (uint32_t)e[i].len, imm);
+                fab_slot_finish(s, status, len, imm);
         }
     }
     pthread_mutex_unlock(&x->lock);
+    for (unsigned i = 0; i < b.n; i++)
+        fab_vi_break(b.vi[i], VIP_ERROR_CONN_LOST, b.desc[i]);
 }
 
 int fab_cqx_sleep(struct fab_cqx *x, const struct timespec *deadline, int bound_ms)

@@ -141,7 +141,9 @@ void fab_slot_finish(struct fab_slot *s, uint32_t status, uint32_t len, uint32_t
     s->len = len;
     s->imm = imm;
     s->finished = true;
-    fab_bounce_done(s, len, q->recv && !(status & VIP_STATUS_ERROR_MASK));
+    /* (a write's notice brings no bytes of its own to scatter) */
+    fab_bounce_done(s, len, (status & (VIP_STATUS_OP_MASK | VIP_STATUS_ERROR_MASK)) ==
+                                VIP_STATUS_OP_RECEIVE);
     if (s->on_wire)
         q->outstanding--;
     s->on_wire = false;
@@ -238,6 +240,8 @@ VIP_RETURN fab_post_recv(struct vipl_vi *cvi, struct vipl_wr *wr)
         q->wire = q->tail;
     pthread_mutex_unlock(&q->lock);
     pthread_mutex_unlock(&vi->ep_lock);
+    if (s && wr->error && vipl_vi_reliable(cvi) && vipl_vi_state(cvi) == VIP_STATE_CONNECTED)
+        fab_vi_break(vi, VIP_ERROR_POST_DESC, wr->desc);
     return ret;
 }
 
@@ -264,16 +268,16 @@ static ssize_t send_op(struct fab_vi *vi, struct fab_slot *s, struct vipl_wr *wr
             return r;
         /* The transmit context holds two operations per slot (tx_size),
          * so the notice finds room: FI_EAGAIN here is a failure. */
-        uint64_t data = (uint64_t)FAB_DATA_RDMA_IMM << 32 | wr->imm;
+        uint64_t data = FAB_DATA(FAB_DATA_RDMA_IMM, wr->total, wr->imm);
         struct fi_msg n = {.context = &s->ctx, .data = data};
-        r = fi_sendmsg(vi->ep, &n, FI_REMOTE_CQ_DATA | FI_COMPLETION);
+        r = fi_sendmsg(vi->ep, &n, FI_REMOTE_CQ_DATA | FI_COMPLETION | FI_DELIVERY_COMPLETE);
         return r == -FI_EAGAIN ? -FI_EIO : r;
     }
     struct fi_msg m = {.context = &s->ctx};
     fab_slot_iov(s, (struct iovec **)&m.msg_iov, &m.desc, &m.iov_count);
     uint64_t flags = FI_COMPLETION;
     if (wr->immediate && fn->cq_data_size >= 8) {
-        m.data = (uint64_t)FAB_DATA_SEND << 32 | wr->imm;
+        m.data = FAB_DATA(FAB_DATA_SEND, 0, wr->imm);
         flags |= FI_REMOTE_CQ_DATA;
     }
     return fi_sendmsg(vi->ep, &m, flags);
@@ -290,10 +294,10 @@ VIP_RETURN fab_post_send(struct vipl_vi *cvi, struct vipl_wr *wr)
     VIP_RETURN ret = VIP_SUCCESS;
     if (!s) {
         ret = VIP_ERROR_RESOURCE;
-    } else if (wr->error) {
-        slot_fail(q, s, wr->error | op);
     } else if (!vi->ep || vipl_vi_state(cvi) != VIP_STATE_CONNECTED) {
         slot_fail(q, s, VIP_STATUS_DESC_FLUSHED_ERROR | op);
+    } else if (wr->error) {
+        slot_fail(q, s, wr->error | op);
     } else {
         ssize_t r;
         while ((r = send_op(vi, s, wr)) == -FI_EAGAIN) {
@@ -311,8 +315,10 @@ VIP_RETURN fab_post_send(struct vipl_vi *cvi, struct vipl_wr *wr)
     q->wire = q->tail;
     pthread_mutex_unlock(&q->lock);
     pthread_mutex_unlock(&vi->ep_lock);
-    if (s && s->finished && (s->status & VIP_STATUS_TRANSPORT_ERROR))
-        vipl_vi_fail(cvi, VIP_ERROR_CONN_LOST, wr->desc);
+    if (s && wr->error && vipl_vi_reliable(cvi) && vipl_vi_state(cvi) == VIP_STATE_CONNECTED)
+        fab_vi_break(vi, VIP_ERROR_POST_DESC, wr->desc);
+    else if (s && s->finished && (s->status & VIP_STATUS_TRANSPORT_ERROR))
+        fab_vi_break(vi, VIP_ERROR_CONN_LOST, wr->desc);
     return ret;
 }
 
