@@ -76,6 +76,7 @@ struct fab_slot {
     uint32_t status, len, imm;
     uint32_t total;    /* a send's bytes */
     uint32_t op;       /* VIP_STATUS_OP_* of its completion */
+    uint32_t staged;   /* a receive's share of the staging budget */
     bool finished;     /* libfabric (or the post, for an invalid one) is done */
     bool on_wire;      /* handed to libfabric */
     uint32_t nsge;
@@ -99,7 +100,8 @@ struct fab_queue {
     uint32_t tail;   /* next free */
     uint32_t outstanding; /* on the wire, not finished */
     struct fab_cqx *cqx;  /* the fi_cq this queue reports to */
-    uint64_t posted, completed, bytes, rdma_writes, peer_errors;
+    uint64_t posted, completed, bytes, rdma_writes, peer_errors, staged_recvs;
+    uint64_t staging_len, staging_used; /* receives: the budget of fabric_queue.c */
 };
 
 struct fab_vi {

@@ -13,9 +13,11 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "fabric_cm.h"
 
@@ -277,13 +279,18 @@ VIP_RETURN fab_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
         *p = (struct fab_pending){info, l}; /* our reference goes with it */
         conn->prov_conn = p;
         fab_cm_attrs(&m, &conn->remote_attrs);
-        memset(remote->HostAddress, 0, 4);
-        remote->HostAddressLen = 4;
         const struct sockaddr_in *sin = info->dest_addr;
-        if (sin && info->dest_addrlen >= sizeof(*sin) && sin->sin_family == AF_INET)
+        const struct sockaddr_in6 *sin6 = info->dest_addr;
+        remote->HostAddressLen = 4;
+        memset(remote->HostAddress, 0, 4);
+        if (sin && info->dest_addrlen >= sizeof(*sin) && sin->sin_family == AF_INET) {
             memcpy(remote->HostAddress, &sin->sin_addr, 4);
+        } else if (sin6 && info->dest_addrlen >= sizeof(*sin6) && sin6->sin6_family == AF_INET6) {
+            remote->HostAddressLen = 16;
+            memcpy(remote->HostAddress, &sin6->sin6_addr, 16);
+        }
         remote->DiscriminatorLen = m.disc_len;
-        memcpy(remote->HostAddress + 4, m.disc, m.disc_len);
+        memcpy(remote->HostAddress + remote->HostAddressLen, m.disc, m.disc_len);
         return VIP_SUCCESS;
     }
 }
@@ -407,12 +414,37 @@ void fab_connect_reject(struct vipl_conn *conn)
     }
 }
 
+/* Whether the kernel has a route to the host: a datagram socket's
+ * connect sends nothing and fails at once without one. */
+static bool routable(const VIP_NET_ADDRESS *a)
+{
+    struct sockaddr_in6 s6 = {.sin6_family = AF_INET6, .sin6_port = htons(9)};
+    struct sockaddr_in s4 = {.sin_family = AF_INET, .sin_port = htons(9)};
+    bool v4 = a->HostAddressLen == 4;
+    if (v4)
+        memcpy(&s4.sin_addr, a->HostAddress, 4);
+    else if (a->HostAddressLen == 16)
+        memcpy(&s6.sin6_addr, a->HostAddress, 16);
+    else
+        return false;
+    int fd = vipl_fd_socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return true; /* let the provider find out */
+    int r = v4 ? connect(fd, (struct sockaddr *)&s4, sizeof s4)
+               : connect(fd, (struct sockaddr *)&s6, sizeof s6);
+    bool ok = r == 0 || (errno != ENETUNREACH && errno != EHOSTUNREACH);
+    VipxFdClose(fd);
+    return ok;
+}
+
 VIP_RETURN fab_connect_request(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local,
                                const VIP_NET_ADDRESS *remote, const struct timespec *deadline,
                                VIP_VI_ATTRIBUTES *rattrs)
 {
     struct fab_vi *vi = fab_vi(cvi);
     struct fab_nic *fn = fab_nic(cvi->nic);
+    if (!routable(remote))
+        return VIP_NOT_REACHABLE;
     struct fi_info *info = addr_info(fn, remote, false);
     if (!info)
         return VIP_INVALID_PARAMETER;

@@ -7,6 +7,11 @@
  * takes a slot too and finishes with its error in its turn. Receives
  * posted before the VI has an endpoint wait in the ring and are handed
  * to the endpoint when it is made (VIA allows posting them while idle).
+ *
+ * The provider writes every receive in place, but receives outside the
+ * VI's arena are held to the same staging budget as on shm (StagingBytes,
+ * in 64-byte lines, freed as they complete), so a consumer sized for one
+ * provider is refused at the same point on the other (VIP_ERROR_RESOURCE).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -32,13 +37,27 @@ static int queue_init(struct fab_vi *vi, struct fab_queue *q, bool recv, uint32_
     return 0;
 }
 
+#define FAB_LINE 64
+
+static uint64_t default_staging(VIP_ULONG max_transfer)
+{
+    uint64_t s = 2 * (uint64_t)max_transfer;
+    return s < 64 * 1024 ? 64 * 1024 : s > 8 * 1024 * 1024 ? 8 * 1024 * 1024 : s;
+}
+
 VIP_RETURN fab_create_vi(struct vipl_vi *cvi, const VIPX_VI_CONFIG *cfg)
 {
     struct fab_vi *vi = fab_vi(cvi);
     struct fab_nic *fn = fab_nic(cvi->nic);
     uint32_t depth = cfg->QueueDepth ? (uint32_t)cfg->QueueDepth : FAB_DEPTH_DEFAULT;
-    if (depth > FAB_DEPTH_MAX)
+    uint64_t staging = cfg->StagingBytes ? cfg->StagingBytes
+                                         : default_staging(cvi->attrs.MaxTransferSize);
+    if (depth > FAB_DEPTH_MAX || staging > 64u * 1024 * 1024)
         return VIP_INVALID_PARAMETER;
+    uint32_t pow2 = 1; /* the depth shm gives: a power of two */
+    while (pow2 < depth)
+        pow2 <<= 1;
+    depth = pow2;
     memset((char *)vi + sizeof(vi->core), 0, sizeof(*vi) - sizeof(vi->core));
     if (fab_cqx_open(fn, &vi->own, 0) != 0)
         return VIP_ERROR_RESOURCE;
@@ -48,6 +67,7 @@ VIP_RETURN fab_create_vi(struct vipl_vi *cvi, const VIPX_VI_CONFIG *cfg)
         fab_cqx_close(&vi->own);
         return VIP_ERROR_RESOURCE;
     }
+    vi->rq.staging_len = (staging + FAB_LINE - 1) & ~(uint64_t)(FAB_LINE - 1);
     if (cfg->ArenaBytes) {
         size_t page = (size_t)sysconf(_SC_PAGESIZE);
         vi->arena_len = (cfg->ArenaBytes + page - 1) / page * page;
@@ -109,6 +129,7 @@ void fab_vi_stats(struct vipl_vi *cvi, VIPX_VI_STATS *st)
     st->RecvsCompleted = vi->rq.completed;
     st->BytesReceived = vi->rq.bytes;
     st->PeerProtocolErrors = vi->rq.peer_errors;
+    st->StagedRecvs = vi->rq.staged_recvs;
     pthread_mutex_unlock(&vi->rq.lock);
 }
 
@@ -120,6 +141,10 @@ static void complete_in_order(struct fab_queue *q)
         if (!s->finished)
             break;
         vipl_complete_desc(s->desc, s->status, s->len, s->imm);
+        q->staging_used -= s->staged;
+        if (s->staged && !(s->status & VIP_STATUS_ERROR_MASK))
+            q->staged_recvs++;
+        s->staged = 0;
         q->done++;
         q->completed++;
         if (!(s->status & VIP_STATUS_ERROR_MASK)) {
@@ -160,7 +185,7 @@ static struct fab_slot *slot_take(struct fab_queue *q, struct vipl_wr *wr)
     s->desc = wr->desc;
     s->finished = false;
     s->on_wire = false;
-    s->status = s->len = 0;
+    s->status = s->len = s->staged = 0;
     s->imm = wr->imm; /* a send's completion shows its own immediate data */
     s->total = (uint32_t)wr->total;
     s->op = q->recv ? VIP_STATUS_OP_RECEIVE
@@ -187,6 +212,24 @@ static void slot_fail(struct fab_queue *q, struct fab_slot *s, uint32_t status)
     s->status = status;
     s->finished = true;
     complete_in_order(q);
+}
+
+/* Whether the receive lies in the VI's arena; if not, its staging share
+ * (0: none; UINT32_MAX: over the budget). Under q->lock. */
+static uint32_t staging_need(struct fab_vi *vi, const struct vipl_wr *wr)
+{
+    uintptr_t a = (uintptr_t)vi->arena;
+    bool direct = vi->arena != NULL;
+    for (uint32_t i = 0; i < wr->nsge && direct; i++) {
+        uintptr_t p = (uintptr_t)wr->sge[i].addr;
+        direct = p >= a && wr->sge[i].len <= vi->arena_len && p - a <= vi->arena_len - wr->sge[i].len;
+    }
+    if (direct)
+        return 0;
+    uint64_t need = (wr->total + FAB_LINE - 1) & ~(uint64_t)(FAB_LINE - 1);
+    if (need == 0)
+        need = FAB_LINE;
+    return vi->rq.staging_used + need > vi->rq.staging_len ? UINT32_MAX : (uint32_t)need;
 }
 
 static int post_recv_slot(struct fab_vi *vi, struct fab_slot *s)
@@ -223,7 +266,12 @@ VIP_RETURN fab_post_recv(struct vipl_vi *cvi, struct vipl_wr *wr)
     struct fab_queue *q = &vi->rq;
     pthread_mutex_lock(&vi->ep_lock);
     pthread_mutex_lock(&q->lock);
-    struct fab_slot *s = slot_take(q, wr);
+    uint32_t staged = wr->error ? 0 : staging_need(vi, wr);
+    struct fab_slot *s = staged == UINT32_MAX ? NULL : slot_take(q, wr);
+    if (s) {
+        s->staged = staged;
+        q->staging_used += staged;
+    }
     VIP_RETURN ret = VIP_SUCCESS;
     bool in_turn = s && q->wire == q->tail - 1; /* no earlier one waits for an endpoint */
     if (!s)
