@@ -160,10 +160,12 @@ VIPL_EXPORT VIP_RETURN VipSetMemAttributes(VIP_NIC_HANDLE NicHandle, VIP_PVOID V
     atomic_fetch_add(&tag->users, 1);
     atomic_fetch_sub(&mr->ptag->users, 1);
     bool was = mr->rdma_write;
+    struct vipl_ptag *old = mr->ptag;
     mr->ptag = tag;
     mr->rdma_write = MemAttribs->EnableRdmaWrite != 0;
     uint32_t idx = MemoryHandle & MR_INDEX_MASK;
-    if (nic->prov->mem_register && was != mr->rdma_write) { /* the device's access changes */
+    /* the device's access, or the tag it is registered under, changes */
+    if (nic->prov->mem_register && (was != mr->rdma_write || old != tag)) {
         nic->prov->mem_deregister(nic, idx);
         if (nic->prov->mem_register(nic, mr, MemoryHandle) != 0) {
             mr->rdma_write = false; /* registered for nothing: its posts fail */

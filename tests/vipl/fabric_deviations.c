@@ -10,9 +10,11 @@
  *   2. a message longer than the receive ends the connection: the
  *      receiver's descriptor completes with an error, both VIs turn ERROR
  *      within 1.25 s, and both processes live on;
- *   3. an RDMA write to a memory handle the target never exported moves
- *      nothing (the target's bytes are checked), completes with an error,
- *      and ends the connection (shm: RDMA_PROT_ERROR, the VI stays usable);
+ *   3. an RDMA write to a memory handle the target never exported, or to
+ *      a region exported under another protection tag than the target
+ *      VI's, moves nothing (the target's bytes are checked), completes
+ *      with an error, and ends the connection (shm: RDMA_PROT_ERROR, an
+ *      unreliable VI stays usable); a CQ serves the VIs of one tag;
  *   4. VIs cannot be shared between processes or handed to the next
  *      program image: VipxViShare and VipxViExport are not supported.
  */
@@ -24,7 +26,7 @@
 #define CANARY 0xCD
 #define BUF 4096
 
-enum { C_PREPOST, C_UNREL, C_LONG, C_WRITE, NCASES };
+enum { C_PREPOST, C_UNREL, C_LONG, C_WRITE, C_PTAG, NCASES };
 static char srv[NCASES][80], cli[NCASES][80];
 
 struct export {
@@ -45,15 +47,17 @@ static void peer(int fd, void *arg)
     VIP_VI_ATTRIBUTES va = h_vi_attrs(t, level(c));
     va.EnableRdmaWrite = VIP_TRUE;
     VIP_VI_HANDLE vi = h_vi(nic, &va, NULL, NULL, 0, 0, 0);
-    h_mem buf = h_mem_alloc(nic, t, BUF, 1);
+    VIP_PROTECTION_HANDLE t2 = h_ptag(nic);
+    h_mem buf = h_mem_alloc(nic, c == C_PTAG ? t2 : t, BUF, 1);
     h_descs d = h_descs_alloc(nic, t, 2);
     memset(buf.ptr, CANARY, BUF);
     if (c == C_LONG)
         h_post_recv1(vi, &d, 0, buf.ptr, buf.mh, 100);
     h_accept(nic, vi, srv[c], NULL);
-    if (c == C_WRITE) {
-        /* A handle next to ours that names nothing: never exported. */
-        struct export e = {(uint64_t)(uintptr_t)buf.ptr, buf.mh ^ 0x00100000u};
+    if (c == C_WRITE || c == C_PTAG) {
+        /* C_WRITE: a handle next to ours that names nothing, never exported;
+         * C_PTAG: a real RDMA-write region, of the other tag. */
+        struct export e = {(uint64_t)(uintptr_t)buf.ptr, buf.mh ^ (c == C_WRITE ? 0x00100000u : 0)};
         h_xsend(fd, &e, sizeof e);
     }
     h_signal(fd, 'R');
@@ -78,6 +82,7 @@ static void peer(int fd, void *arg)
         CHECK_BYTES(buf.ptr + 100, BUF - 100, CANARY);
         break;
     case C_WRITE:
+    case C_PTAG:
         CHECK_BYTES(buf.ptr, BUF, CANARY);
         CHECK_EQ(h_wait_state(vi, VIP_STATE_ERROR, 1250), VIP_STATE_ERROR);
         break;
@@ -88,6 +93,7 @@ static void peer(int fd, void *arg)
     h_mem_free(&buf);
     h_descs_free(&d);
     CHECK_OK(VipDestroyPtag(nic, t));
+    CHECK_OK(VipDestroyPtag(nic, t2));
     CHECK_OK(VipCloseNic(nic));
 }
 
@@ -95,16 +101,17 @@ static void run(VIP_NIC_HANDLE nic, int c, h_peer *p)
 {
     VIP_PROTECTION_HANDLE t = h_ptag(nic);
     VIP_VI_ATTRIBUTES va = h_vi_attrs(t, level(c));
+    va.EnableRdmaWrite = VIP_TRUE; /* the writes below are the target's to refuse */
     VIP_VI_HANDLE vi = h_vi(nic, &va, NULL, NULL, 0, 0, 0);
     h_mem src = h_mem_alloc(nic, t, BUF, 0);
     h_descs d = h_descs_alloc(nic, t, 1);
     h_connect(vi, cli[c], srv[c], NULL);
     struct export e = {0, 0};
-    if (c == C_WRITE)
+    if (c == C_WRITE || c == C_PTAG)
         h_xrecv(p->fd, &e, sizeof e);
     h_expect(p->fd, 'R');
     VIP_DESCRIPTOR *x;
-    if (c == C_WRITE) {
+    if (c == C_WRITE || c == C_PTAG) {
         x = h_desc(&d, 0);
         h_desc_prep(x, VIP_CONTROL_OP_RDMAWRITE, 0);
         h_desc_remote(x, (void *)(uintptr_t)e.addr, e.handle);
@@ -114,8 +121,10 @@ static void run(VIP_NIC_HANDLE nic, int c, h_peer *p)
         VIP_DESCRIPTOR *y = NULL;
         CHECK_OK(VipSendWait(vi, 5000, &y));
         CHECK(y == x);
-        CHECK_MSG(x->CS.Status & VIP_STATUS_ERROR_MASK, "a write to an unknown handle completed 0x%x",
-                  x->CS.Status);
+        CHECK_MSG(x->CS.Status & VIP_STATUS_ERROR_MASK, "a write to %s completed 0x%x",
+                  c == C_WRITE ? "an unknown handle" : "another tag's region", x->CS.Status);
+        /* refused by the target, not by our own checks */
+        CHECK(!(x->CS.Status & (VIP_STATUS_RDMA_PROT_ERROR | VIP_STATUS_PROTECTION_ERROR)));
         CHECK_EQ(h_wait_state(vi, VIP_STATE_ERROR, 1250), VIP_STATE_ERROR);
     } else {
         h_fill_random(src.ptr, c == C_LONG ? 200 : 300, 7);
@@ -134,6 +143,17 @@ static void run(VIP_NIC_HANDLE nic, int c, h_peer *p)
     if (c == C_LONG) /* the receiver's end reached us */
         CHECK_EQ(h_wait_state(vi, VIP_STATE_ERROR, 1250), VIP_STATE_ERROR);
     if (c == C_PREPOST) {
+        /* A CQ serves one tag's VIs: a VI of another tag cannot join it. */
+        VIP_CQ_HANDLE cq;
+        CHECK_OK(VipCreateCQ(nic, 16, &cq));
+        VIP_PROTECTION_HANDLE t2 = h_ptag(nic);
+        VIP_VI_ATTRIBUTES a1 = h_vi_attrs(t, level(c)), a2 = h_vi_attrs(t2, level(c));
+        VIP_VI_HANDLE v1, v2;
+        CHECK_OK(VipCreateVi(nic, &a1, NULL, cq, &v1));
+        CHECK_RET(VipCreateVi(nic, &a2, NULL, cq, &v2), VIP_INVALID_PARAMETER);
+        CHECK_OK(VipDestroyVi(v1));
+        CHECK_OK(VipDestroyCQ(cq));
+        CHECK_OK(VipDestroyPtag(nic, t2));
         CHECK_RET(VipxViShare(vi), VIP_ERROR_NOT_SUPPORTED);
         static VIPX_STATE st;
         VIP_ULONG n = 0;

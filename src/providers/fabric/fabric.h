@@ -37,10 +37,21 @@
 #define FAB_DATA_RDMA_IMM 2u /* the notice after an RDMA write with immediate data */
 #define FAB_DATA(kind, len, imm) ((uint64_t)(kind) << 56 | (uint64_t)(len) << 32 | (imm))
 
+/* One libfabric domain per protection tag: a provider checks remote keys
+ * within a domain, so an endpoint of a VI reaches only the regions of its
+ * own tag, as VIA's RDMA write protection says (fabric_domain.c). */
+struct fab_dom {
+    struct fab_dom *next;
+    struct vipl_ptag *ptag;
+    struct fid_domain *domain;
+};
+
 struct fab_nic {
     struct fi_info *info; /* the provider chosen at VipOpenNic */
     struct fid_fabric *fabric;
-    struct fid_domain *domain;
+    struct fid_domain *domain; /* the first one opened, kept to test the provider */
+    struct fab_dom *doms;      /* under dom_lock */
+    pthread_mutex_t dom_lock;
     struct fid_mr **mrs;  /* by registration slot, VIPL_MR_MAX + 1 */
     bool mr_local, mr_virt, mr_prov_key;
     size_t tx_iov_limit, rx_iov_limit;
@@ -53,7 +64,8 @@ struct fab_nic {
 
 /* One fi_cq and its reader's lock. For a VIPL CQ, also its notices. */
 struct fab_cqx {
-    struct fid_cq *cq;
+    struct fid_cq *cq;     /* NULL until a VI of some tag binds to it */
+    struct fid_domain *domain;
     pthread_mutex_t lock;
     int fd; /* FI_WAIT_FD, or -1 */
     struct fid_fabric *fabric;
@@ -110,6 +122,7 @@ struct fab_vi {
     struct fab_cqx own; /* for queues without a VIPL CQ */
     struct fid_ep *ep;
     struct fid_eq *eq;
+    struct fid_domain *domain; /* its ptag's (fab_domain) */
     pthread_mutex_t ep_lock; /* ep/eq lifetime against posts and reads */
     atomic_bool wake;
     atomic_bool agent_busy; /* fabric_agent.c */
@@ -140,8 +153,15 @@ static inline struct fab_cq *fab_cq(struct vipl_cq *cq)
 /* fabric_provider.c */
 struct fi_info *fab_hints(const char *prov_name);
 
+/* fabric_domain.c */
+struct fid_domain *fab_domain(struct fab_nic *fn, struct vipl_ptag *tag);
+void fab_domains_close(struct fab_nic *fn);
+
 /* fabric_cqx.c */
-int fab_cqx_open(struct fab_nic *fn, struct fab_cqx *x, uint32_t notices);
+int fab_cqx_init(struct fab_nic *fn, struct fab_cqx *x, uint32_t notices);
+/* Opens the fi_cq in `domain`, or checks it is there already:
+ * -EINVAL if the CQ's queues are another tag's. */
+int fab_cqx_bind(struct fab_cqx *x, struct fid_domain *domain);
 void fab_cqx_close(struct fab_cqx *x);
 void fab_cqx_progress(struct fab_cqx *x);
 /* Takes the oldest notice: false if there is none. */

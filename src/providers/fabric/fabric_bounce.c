@@ -21,7 +21,7 @@ int fab_bounce_take(struct fab_nic *fn, struct fab_slot *s, bool gather)
     s->bounce_mr = NULL;
     s->bounce_desc = NULL;
     if (fn->mr_local) {
-        if (fi_mr_reg(fn->domain, s->bounce, total ? total : 1, FI_SEND | FI_RECV, 0, 0, 0,
+        if (fi_mr_reg(s->q->vi->domain, s->bounce, total ? total : 1, FI_SEND | FI_RECV, 0, 0, 0,
                       &s->bounce_mr, NULL) != 0) {
             free(s->bounce);
             s->bounce = NULL;

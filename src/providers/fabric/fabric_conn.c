@@ -303,7 +303,20 @@ static int ep_open(struct fab_vi *vi, struct fi_info *info)
     info->tx_attr->size = 2 * (size_t)vi->sq.depth; /* a write and its notice per slot */
     info->rx_attr->size = vi->rq.depth;
     info->tx_attr->op_flags = 0;
-    int r = fi_endpoint(fn->domain, info, &vi->ep, NULL);
+    struct fid_domain *want = fab_domain(fn, vi->core.ptag);
+    if (!want)
+        return -FI_ENOMEM;
+    if (want != vi->domain) { /* VipSetViAttributes gave it another tag while IDLE */
+        struct vipl_vi *c = &vi->core;
+        if ((c->send_cq && fab_cq(c->send_cq)->x.domain != want) ||
+            (c->recv_cq && fab_cq(c->recv_cq)->x.domain != want))
+            return -FI_EINVAL; /* its CQs serve the other tag's VIs */
+        fab_cqx_close(&vi->own); /* nothing of an IDLE VI is on the wire */
+        if (fab_cqx_init(fn, &vi->own, 0) != 0 || fab_cqx_bind(&vi->own, want) != 0)
+            return -FI_ENOMEM;
+        vi->domain = want;
+    }
+    int r = fi_endpoint(vi->domain, info, &vi->ep, NULL);
     if (r != 0)
         return r;
     if ((r = eq_open(fn, &vi->eq)) != 0 || (r = fi_ep_bind(vi->ep, &vi->eq->fid, 0)) != 0 ||

@@ -19,7 +19,7 @@
 VIP_RETURN fab_create_cq(struct vipl_cq *ccq)
 {
     struct fab_cq *cq = fab_cq(ccq);
-    if (fab_cqx_open(fab_nic(ccq->nic), &cq->x, (uint32_t)ccq->entries) != 0)
+    if (fab_cqx_init(fab_nic(ccq->nic), &cq->x, (uint32_t)ccq->entries) != 0)
         return VIP_ERROR_RESOURCE;
     return VIP_SUCCESS;
 }
@@ -119,6 +119,8 @@ bool fab_cq_wait_drain(struct vipl_cq *ccq)
 int fab_cq_sleep_bound(struct vipl_cq *ccq)
 {
     struct fab_cqx *x = &fab_cq(ccq)->x;
+    if (!x->cq)
+        return FAB_SLEEP_MS;
     struct fid *f = &x->cq->fid;
     /* Something already inside the provider: the next poll must not sleep. */
     return fi_trywait(x->fabric, &f, 1) == 0 ? FAB_SLEEP_MS : 0;

@@ -15,10 +15,8 @@
 
 #include "fabric.h"
 
-int fab_cqx_open(struct fab_nic *fn, struct fab_cqx *x, uint32_t notices)
+int fab_cqx_init(struct fab_nic *fn, struct fab_cqx *x, uint32_t notices)
 {
-    struct fi_cq_attr attr = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD,
-                              .size = FAB_DEPTH_MAX * 2};
     memset(x, 0, sizeof(*x));
     x->fd = -1;
     x->fabric = fn->fabric;
@@ -28,29 +26,44 @@ int fab_cqx_open(struct fab_nic *fn, struct fab_cqx *x, uint32_t notices)
             return -ENOMEM;
         x->ncap = notices;
     }
-    int r = fi_cq_open(fn->domain, &attr, &x->cq, NULL);
-    if (r == -FI_ENOSYS || r == -FI_EINVAL) { /* no wait object: we poll it */
-        attr.wait_obj = FI_WAIT_NONE;
-        r = fi_cq_open(fn->domain, &attr, &x->cq, NULL);
-    } else if (r == 0 && fi_control(&x->cq->fid, FI_GETWAIT, &x->fd) != 0) {
-        x->fd = -1;
-    }
-    if (r != 0) {
-        free(x->notices);
-        x->notices = NULL;
-        return r;
-    }
     pthread_mutex_init(&x->lock, NULL);
     pthread_mutex_init(&x->nlock, NULL);
     return 0;
 }
 
+int fab_cqx_bind(struct fab_cqx *x, struct fid_domain *domain)
+{
+    pthread_mutex_lock(&x->lock);
+    int r = 0;
+    if (x->cq) {
+        r = x->domain == domain ? 0 : -EINVAL;
+    } else {
+        struct fi_cq_attr attr = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD,
+                                  .size = FAB_DEPTH_MAX * 2};
+        struct fid_cq *cq = NULL;
+        r = fi_cq_open(domain, &attr, &cq, NULL);
+        if (r == -FI_ENOSYS || r == -FI_EINVAL) { /* no wait object: we poll it */
+            attr.wait_obj = FI_WAIT_NONE;
+            r = fi_cq_open(domain, &attr, &cq, NULL);
+        } else if (r == 0 && fi_control(&cq->fid, FI_GETWAIT, &x->fd) != 0) {
+            x->fd = -1;
+        }
+        if (r == 0) {
+            x->domain = domain;
+            __atomic_store_n(&x->cq, cq, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&x->lock);
+    return r;
+}
+
 void fab_cqx_close(struct fab_cqx *x)
 {
-    if (!x->cq)
-        return;
-    fi_close(&x->cq->fid);
+    if (x->cq)
+        fi_close(&x->cq->fid);
     x->cq = NULL;
+    x->domain = NULL;
+    x->fd = -1;
     free(x->notices);
     x->notices = NULL;
     pthread_mutex_destroy(&x->lock);
@@ -144,6 +157,8 @@ void fab_cqx_progress(struct fab_cqx *x)
 {
     struct fi_cq_data_entry e[16];
     struct breaks b = {.n = 0};
+    if (!__atomic_load_n(&x->cq, __ATOMIC_ACQUIRE))
+        return; /* no VI bound to it yet */
     pthread_mutex_lock(&x->lock);
     for (;;) {
         ssize_t n = fi_cq_read(x->cq, e, 16);
@@ -177,7 +192,9 @@ int fab_cqx_sleep(struct fab_cqx *x, const struct timespec *deadline, int bound_
 {
     int left = vipl_ms_left(deadline);
     int ms = bound_ms >= 0 && (left < 0 || left > bound_ms) ? bound_ms : left;
-    if (x->fd >= 0) {
+    if (!__atomic_load_n(&x->cq, __ATOMIC_ACQUIRE)) {
+        poll(NULL, 0, ms); /* a CQ no VI reports to yet: nothing can come */
+    } else if (x->fd >= 0) {
         struct fid *f = &x->cq->fid;
         if (fi_trywait(x->fabric, &f, 1) == 0) {
             struct pollfd p = {.fd = x->fd, .events = POLLIN};

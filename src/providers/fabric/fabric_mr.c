@@ -22,7 +22,10 @@ int fab_mem_register(struct vipl_nic *nic, struct vipl_mr *mr, uint32_t handle)
     uint32_t slot = handle & ((1u << VIPL_MR_INDEX_BITS) - 1);
     uint64_t key = handle;
     struct fid_mr *m = NULL;
-    int r = fi_mr_reg(fn->domain, (void *)mr->base, mr->len, access, 0, key, 0, &m, NULL);
+    struct fid_domain *domain = fab_domain(fn, mr->ptag); /* only its tag's VIs reach it */
+    if (!domain)
+        return -ENOMEM;
+    int r = fi_mr_reg(domain, (void *)mr->base, mr->len, access, 0, key, 0, &m, NULL);
     if (r != 0)
         return r < 0 ? r : -EIO;
     fn->mrs[slot] = m;

@@ -81,6 +81,7 @@ static int fab_open_nic(struct vipl_nic *nic)
     if (!fn)
         return -1;
     pthread_mutex_init(&fn->lock, NULL);
+    pthread_mutex_init(&fn->dom_lock, NULL);
     fn->info = choose(colon ? colon + 1 : NULL);
     if (!fn->info)
         goto fail;
@@ -116,6 +117,7 @@ fail:
         fi_freeinfo(fn->info);
     free(fn->mrs);
     pthread_mutex_destroy(&fn->lock);
+    pthread_mutex_destroy(&fn->dom_lock);
     free(fn);
     return -1;
 }
@@ -128,7 +130,8 @@ static void fab_close_nic(struct vipl_nic *nic)
     for (uint32_t i = 0; i <= VIPL_MR_MAX; i++)
         if (fn->mrs[i])
             fi_close(&fn->mrs[i]->fid);
-    fi_close(&fn->domain->fid);
+    fab_domains_close(fn);
+    pthread_mutex_destroy(&fn->dom_lock);
     fi_close(&fn->fabric->fid);
     fi_freeinfo(fn->info);
     free(fn->mrs);

@@ -59,8 +59,19 @@ VIP_RETURN fab_create_vi(struct vipl_vi *cvi, const VIPX_VI_CONFIG *cfg)
         pow2 <<= 1;
     depth = pow2;
     memset((char *)vi + sizeof(vi->core), 0, sizeof(*vi) - sizeof(vi->core));
-    if (fab_cqx_open(fn, &vi->own, 0) != 0)
+    vi->domain = fab_domain(fn, cvi->ptag);
+    if (!vi->domain || fab_cqx_init(fn, &vi->own, 0) != 0)
         return VIP_ERROR_RESOURCE;
+    int b = fab_cqx_bind(&vi->own, vi->domain);
+    if (b == 0 && cvi->send_cq)
+        b = fab_cqx_bind(&fab_cq(cvi->send_cq)->x, vi->domain);
+    if (b == 0 && cvi->recv_cq)
+        b = fab_cqx_bind(&fab_cq(cvi->recv_cq)->x, vi->domain);
+    if (b != 0) {
+        fab_cqx_close(&vi->own);
+        /* a CQ serves the VIs of one protection tag (fabric_domain.c) */
+        return b == -EINVAL ? VIP_INVALID_PARAMETER : VIP_ERROR_RESOURCE;
+    }
     if (queue_init(vi, &vi->sq, false, depth, cvi->send_cq) != 0 ||
         queue_init(vi, &vi->rq, true, depth, cvi->recv_cq) != 0) {
         free(vi->sq.slots);
