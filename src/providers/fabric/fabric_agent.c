@@ -57,7 +57,8 @@ static void sweep(struct vipl_nic *nic)
         for (unsigned i = 0; i < n; i++) {
             struct fab_vi *vi = batch[i];
             /* (a VI connecting reads its own event queue: not ours to touch) */
-            if (vi->ep && vipl_vi_state(&vi->core) == VIP_STATE_CONNECTED) {
+            if (vipl_vi_state(&vi->core) == VIP_STATE_CONNECTED &&
+                __atomic_load_n(&vi->ep, __ATOMIC_ACQUIRE)) { /* (closed by others) */
                 fab_cqx_progress(vi->sq.cqx);
                 if (vi->rq.cqx != vi->sq.cqx)
                     fab_cqx_progress(vi->rq.cqx);

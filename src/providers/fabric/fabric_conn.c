@@ -316,9 +316,11 @@ static int ep_open(struct fab_vi *vi, struct fi_info *info)
             return -FI_ENOMEM;
         vi->domain = want;
     }
-    int r = fi_endpoint(vi->domain, info, &vi->ep, NULL);
+    struct fid_ep *ep = NULL;
+    int r = fi_endpoint(vi->domain, info, &ep, NULL);
     if (r != 0)
         return r;
+    __atomic_store_n(&vi->ep, ep, __ATOMIC_RELEASE);
     if ((r = eq_open(fn, &vi->eq)) != 0 || (r = fi_ep_bind(vi->ep, &vi->eq->fid, 0)) != 0 ||
         (r = fi_ep_bind(vi->ep, &vi->sq.cqx->cq->fid, FI_TRANSMIT | FI_SELECTIVE_COMPLETION)) != 0 ||
         (r = fi_ep_bind(vi->ep, &vi->rq.cqx->cq->fid, FI_RECV)) != 0 ||
@@ -334,7 +336,7 @@ void fab_ep_close(struct fab_vi *vi)
     pthread_mutex_lock(&vi->ep_lock);
     struct fid_ep *ep = vi->ep;
     struct fid_eq *eq = vi->eq;
-    vi->ep = NULL;
+    __atomic_store_n(&vi->ep, NULL, __ATOMIC_RELEASE); /* the agent looks without the lock */
     vi->eq = NULL;
     pthread_mutex_unlock(&vi->ep_lock);
     if (ep)

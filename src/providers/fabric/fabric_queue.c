@@ -372,11 +372,13 @@ VIP_RETURN fab_post_send(struct vipl_vi *cvi, struct vipl_wr *wr)
         }
     }
     q->wire = q->tail;
+    /* (read under the lock: once let go, the agent may complete and reuse the slot) */
+    bool lost = s && s->finished && (s->status & VIP_STATUS_TRANSPORT_ERROR);
     pthread_mutex_unlock(&q->lock);
     pthread_mutex_unlock(&vi->ep_lock);
     if (s && wr->error && vipl_vi_reliable(cvi) && vipl_vi_state(cvi) == VIP_STATE_CONNECTED)
         fab_vi_break(vi, VIP_ERROR_POST_DESC, wr->desc);
-    else if (s && s->finished && (s->status & VIP_STATUS_TRANSPORT_ERROR))
+    else if (lost)
         fab_vi_break(vi, VIP_ERROR_CONN_LOST, wr->desc);
     return ret;
 }
