@@ -23,6 +23,24 @@
 
 #include "provider.h"
 
+/* libfabric's named functions, reached through fabric_dl.c (loaded when a
+ * fabric NIC opens); fi_allocinfo() is fi_dupinfo(NULL). Test programs that
+ * link libfabric themselves define FAB_LINKED. */
+#ifndef FAB_LINKED
+bool fab_dl_load(void);
+int fab_fi_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
+                   const struct fi_info *hints, struct fi_info **info);
+void fab_fi_freeinfo(struct fi_info *info);
+struct fi_info *fab_fi_dupinfo(const struct fi_info *info);
+int fab_fi_fabric(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
+uint32_t fab_fi_version(void);
+#define fi_getinfo fab_fi_getinfo
+#define fi_freeinfo fab_fi_freeinfo
+#define fi_dupinfo fab_fi_dupinfo
+#define fi_fabric fab_fi_fabric
+#define fi_version fab_fi_version
+#endif
+
 #define FAB_DEPTH_DEFAULT 256u
 #define FAB_DEPTH_MAX 4096u
 #define FAB_MAX_TRANSFER (4u << 20)
