@@ -137,12 +137,9 @@ static struct fab_listener *listener_get(struct fab_nic *fn, const VIP_NET_ADDRE
     memcpy(l->disc, disc_of(a), l->disc_len);
     l->fp = fab_disc_fp(l->disc, l->disc_len);
     struct fi_info *info = addr_info(fn, a, true);
-    int r1 = -1, r2 = -1, r3 = -1, r4 = -1;
-    if (!info || (r1 = fi_passive_ep(fn->fabric, info, &l->pep, NULL)) != 0 ||
-        (r2 = eq_open(fn, &l->eq)) != 0 || (r3 = fi_pep_bind(l->pep, &l->eq->fid, 0)) != 0 ||
-        (r4 = fi_listen(l->pep)) != 0) {
-        if (getenv("FAB_DEBUG"))
-            fprintf(stderr, "fabric: listen %p %d %d %d %d\n", (void *)info, r1, r2, r3, r4);
+    if (!info || fi_passive_ep(fn->fabric, info, &l->pep, NULL) != 0 ||
+        eq_open(fn, &l->eq) != 0 || fi_pep_bind(l->pep, &l->eq->fid, 0) != 0 ||
+        fi_listen(l->pep) != 0) {
         if (info)
             fi_freeinfo(info);
         listener_free(l);
@@ -371,8 +368,6 @@ static VIP_RETURN wait_connected(struct fab_vi *vi, const struct timespec *deadl
             /* refused with our REJECT: the server said no; else nobody listens */
             return fab_cm_check(u.b, n, FAB_CM_REJECT, &m) ? VIP_REJECT : VIP_NO_MATCH;
         }
-        if (getenv("FAB_DEBUG"))
-            fprintf(stderr, "fabric: connect event %zd\n", r);
         if (r == -FI_EHOSTUNREACH || r == -FI_ENETUNREACH || r == -FI_ETIMEDOUT)
             return VIP_NOT_REACHABLE;
         if (r < 0)
