@@ -88,6 +88,12 @@ VIPL_EXPORT VIP_RETURN VipRegisterMem(VIP_NIC_HANDLE NicHandle, VIP_PVOID Virtua
     mr->rdma_write = MemAttribs->EnableRdmaWrite != 0;
     atomic_fetch_add(&tag->users, 1);
     uint32_t h = idx | nic->mr_gen << VIPL_MR_INDEX_BITS;
+    if (nic->prov->mem_register && nic->prov->mem_register(nic, mr, h) != 0) {
+        atomic_fetch_sub(&tag->users, 1);
+        nic->mr_free[nic->mr_nfree++] = idx;
+        pthread_mutex_unlock(&nic->lock);
+        return VIP_ERROR_RESOURCE;
+    }
     atomic_store_explicit(&mr->handle, h, memory_order_release);
     pthread_mutex_unlock(&nic->lock);
 
@@ -111,6 +117,8 @@ VIPL_EXPORT VIP_RETURN VipDeregisterMem(VIP_NIC_HANDLE NicHandle, VIP_PVOID Virt
     }
     bool exported = mr->rdma_write;
     atomic_store_explicit(&mr->handle, 0, memory_order_release);
+    if (nic->prov->mem_deregister)
+        nic->prov->mem_deregister(nic, MemoryHandle & MR_INDEX_MASK);
     atomic_fetch_sub(&mr->ptag->users, 1);
     nic->mr_free[nic->mr_nfree++] = MemoryHandle & MR_INDEX_MASK;
     pthread_mutex_unlock(&nic->lock);
@@ -151,8 +159,20 @@ VIPL_EXPORT VIP_RETURN VipSetMemAttributes(VIP_NIC_HANDLE NicHandle, VIP_PVOID V
     }
     atomic_fetch_add(&tag->users, 1);
     atomic_fetch_sub(&mr->ptag->users, 1);
+    bool was = mr->rdma_write;
+    struct vipl_ptag *old = mr->ptag;
     mr->ptag = tag;
     mr->rdma_write = MemAttribs->EnableRdmaWrite != 0;
+    uint32_t idx = MemoryHandle & MR_INDEX_MASK;
+    /* the device's access, or the tag it is registered under, changes */
+    if (nic->prov->mem_register && (was != mr->rdma_write || old != tag)) {
+        nic->prov->mem_deregister(nic, idx);
+        if (nic->prov->mem_register(nic, mr, MemoryHandle) != 0) {
+            mr->rdma_write = false; /* registered for nothing: its posts fail */
+            pthread_mutex_unlock(&nic->lock);
+            return VIP_ERROR_RESOURCE;
+        }
+    }
     pthread_mutex_unlock(&nic->lock);
     if (nic->prov->mem_changed)
         nic->prov->mem_changed(nic);

@@ -1,4 +1,5 @@
 /* nic.c - opening, closing and querying a NIC; provider selection. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,9 +26,13 @@ const struct vipl_provider *vipl_find_provider(const char *device)
         device = getenv("SOVIA_VIPL_DEVICE");
     if (!device || !*device)
         return vipl_providers[0];
+    /* "fabric:tcp": the provider "fabric", which reads the rest itself. */
+    const char *colon = strchr(device, ':');
+    size_t n = colon ? (size_t)(colon - device) : strlen(device);
     for (const struct vipl_provider *const *p = vipl_providers; *p; p++)
         for (const char *const *name = (*p)->device_names; *name; name++)
-            if (strcmp(*name, device) == 0)
+            if (strlen(*name) == n && strncmp(*name, device, n) == 0 &&
+                (!colon || (*p)->sub_names))
                 return *p;
     return NULL;
 }
@@ -39,10 +44,14 @@ VIPL_EXPORT VIP_RETURN VipOpenNic(const VIP_CHAR *DeviceName, VIP_NIC_HANDLE *Ni
     const struct vipl_provider *prov = vipl_find_provider(DeviceName);
     if (!prov)
         return VIP_INVALID_PARAMETER;
+    const char *device = DeviceName && *DeviceName ? DeviceName : getenv("SOVIA_VIPL_DEVICE");
+    if (device && strlen(device) >= sizeof(((struct vipl_nic *)0)->device))
+        return VIP_INVALID_PARAMETER;
     struct vipl_nic *nic = vipl_pool_get(&nic_pool);
     if (!nic)
         return VIP_ERROR_RESOURCE;
     nic->prov = prov;
+    snprintf(nic->device, sizeof nic->device, "%s", device && *device ? device : prov->name);
     vipl_pool_init(&nic->ptags, sizeof(struct vipl_ptag));
     vipl_pool_init(&nic->vi_pool, prov->vi_size);
     vipl_pool_init(&nic->cqs, prov->cq_size);

@@ -103,6 +103,7 @@ struct vipl_nic {
     struct vipl_vi *vis; /* list of VIs, linked through vipl_vi.next */
     struct vipl_pool ptags, vi_pool, cqs, conns;
     void *prov_nic;      /* provider state */
+    char device[64];     /* the name it was opened by ("fabric:tcp") */
 };
 
 struct vipl_cq {
@@ -166,6 +167,7 @@ struct vipl_conn {
 struct vipl_provider {
     const char *name;
     const char *const *device_names; /* NULL-terminated */
+    bool sub_names; /* "<name>:<rest>" opens it too (the rest is its to read) */
     size_t vi_size, cq_size;
 
     int (*open_nic)(struct vipl_nic *nic);
@@ -174,6 +176,11 @@ struct vipl_provider {
 
     /* Registration table changes, for providers that export regions. */
     void (*mem_changed)(struct vipl_nic *nic);
+    /* Each region, for providers whose device registers it (handle: the
+     * one it will have; slot: its index in nic->mrs, the handle's low
+     * VIPL_MR_INDEX_BITS); register fails with -errno, and the region with it. */
+    int (*mem_register)(struct vipl_nic *nic, struct vipl_mr *mr, uint32_t handle);
+    void (*mem_deregister)(struct vipl_nic *nic, uint32_t slot);
 
     VIP_RETURN (*create_vi)(struct vipl_vi *vi, const VIPX_VI_CONFIG *cfg);
     void (*destroy_vi)(struct vipl_vi *vi);

@@ -126,7 +126,9 @@ static void *sleeper_thread(void *arg)
     int fds[2], bound;
     CHECK_OK(VipxCQArm(rcq, VIP_TRUE));
     CHECK_OK(VipxCQPollFds(rcq, fds, &bound));
-    CHECK_EQ(bound, -1); /* not inheritable, a doorbell: no wake-up can be lost */
+    /* not inheritable, a doorbell: no wake-up can be lost; fabric bounds its
+     * sleeps (a peer's end is not on the CQ's descriptor: docs/VIPL.md) */
+    CHECK_EQ(bound, h_fabric() ? 10 : -1);
     CHECK_MSG(fds[1] >= 0, "a sleeping thread has no doorbell");
     h_signal(s->ctl[1], 'a'); /* armed, about to sleep */
     h_expect(s->ctl[1], 'g'); /* the other thread has drained meanwhile */
@@ -223,7 +225,9 @@ static void test_fork_parent_sleeps(void)
     int fds[2], bound;
     CHECK_OK(VipxCQArm(rcq, VIP_TRUE));
     CHECK_OK(VipxCQPollFds(rcq, fds, &bound));
-    CHECK_EQ(bound, -1); /* not inheritable, a doorbell: no wake-up can be lost */
+    /* not inheritable, a doorbell: no wake-up can be lost; fabric bounds its
+     * sleeps (a peer's end is not on the CQ's descriptor: docs/VIPL.md) */
+    CHECK_EQ(bound, h_fabric() ? 10 : -1);
     peer_sends(0);
     h_signal(chan, 'd');
     h_expect(chan, 'D');
@@ -243,7 +247,9 @@ static void child_sleeps(int chan)
     int fds[2], bound;
     CHECK_OK(VipxCQArm(rcq, VIP_TRUE));
     CHECK_OK(VipxCQPollFds(rcq, fds, &bound));
-    CHECK_EQ(bound, -1); /* not inheritable, a doorbell: no wake-up can be lost */
+    /* not inheritable, a doorbell: no wake-up can be lost; fabric bounds its
+     * sleeps (a peer's end is not on the CQ's descriptor: docs/VIPL.md) */
+    CHECK_EQ(bound, h_fabric() ? 10 : -1);
     h_signal(chan, 'a');
     h_expect(chan, 'g');
     CHECK_MSG(poll_set(fds, 3000), "the child holding VI 1 since the fork was not woken by "
@@ -300,8 +306,12 @@ int main(void)
     CHECK_RET(VipxCQPollFds(rcq, fds, NULL), VIP_INVALID_PARAMETER);
 
     test_threads();
-    test_fork_parent_sleeps();
-    test_fork_child_sleeps();
+    if (h_fabric()) { /* libfabric's objects do not survive a fork (docs/VIPL.md, fabric) */
+        h_log("fabric: the fork cases are shm's only");
+    } else {
+        test_fork_parent_sleeps();
+        test_fork_child_sleeps();
+    }
 
     h_xsend(p.fd, "Q", 2);
     h_peer_finish(&p);

@@ -162,9 +162,12 @@ static void check_unreachable(VIP_VI_HANDLE vi, const VIP_UINT8 *host, VIP_UINT1
     double t0 = h_now_ms();
     VIP_RETURN r = VipConnectRequest(vi, local, remote, 5000, &ra);
     double el = h_now_ms() - t0;
-    CHECK_MSG(r == VIP_NOT_REACHABLE, "request to %s: %s, expected VIP_NOT_REACHABLE", what,
-              VipxReturnString(r));
-    CHECK_MSG(el < 2000, "VIP_NOT_REACHABLE for %s took %.0f ms (timeout 5000)", what, el);
+    /* fabric: a host that answers with a reset is there (docs/VIPL.md, fabric) */
+    CHECK_MSG(r == VIP_NOT_REACHABLE || (h_fabric() && r == VIP_NO_MATCH),
+              "request to %s: %s, expected VIP_NOT_REACHABLE", what, VipxReturnString(r));
+    /* fabric: the kernel's neighbour discovery may take its 3 s (docs/VIPL.md) */
+    CHECK_MSG(el < (h_fabric() ? 5000 : 2000), "VIP_NOT_REACHABLE for %s took %.0f ms (timeout 5000)",
+              what, el);
     CHECK_EQ(h_vi_state(vi), VIP_STATE_IDLE);
     free(local);
     free(remote);
