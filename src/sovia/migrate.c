@@ -77,11 +77,16 @@ static bool ret_room(struct sov_conn *c, size_t more)
 }
 
 /* Writes what is owed to the kernel connection, as far as it takes it now:
- * the system call itself (send() is the preload's). False on an error the
- * kernel connection reported (it is the stream's end now). */
+ * the system call itself (send() is the preload's). Only once the peer's
+ * END came: before it, more of the bytes it gives back may come, which go
+ * out ahead of ours (and sov_mig_returned inserts them before ret_tail).
+ * False on an error the kernel connection reported (it is the stream's end
+ * now). */
 bool sov_mig_push(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
+    if (c->peer_mig != PMIG_ENDED)
+        return true;
     while (c->ret_off < c->ret_len) {
         long r = syscall(SYS_sendto, s->fd, c->ret + c->ret_off, c->ret_len - c->ret_off,
                          MSG_NOSIGNAL | MSG_DONTWAIT, NULL, 0);
@@ -289,6 +294,8 @@ int sov_migrate(struct sov_sock *s)
         c = s->conn;
         if (rc == 0)
             rc = post_mig(c, MIG_END);
+        if (rc == 0)
+            c->mig = MIG_ENDED; /* the peer may drop the VI now: no loss */
         if (rc == 0 && !wait_for(s, peer_done, end))
             rc = -ECONNRESET;
     }

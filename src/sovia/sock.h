@@ -59,8 +59,9 @@ static inline uint32_t pkt_imm(enum sov_pkt type, uint32_t acks)
 #define MIG_SUB_MASK 0x3u
 #define MIG_RESERVED_MASK 0xe0u
 enum { MIG_REQUEST = 0, MIG_ACK = 1, MIG_END = 2 };
-/* Our end's migration (sov_conn.mig), and the peer's (peer_mig). */
-enum { MIG_NONE, MIG_ASKED, MIG_RETURNING, MIG_DONE };
+/* Our end's migration (sov_conn.mig: MIG_ENDED once our END went), and
+ * the peer's (peer_mig). */
+enum { MIG_NONE, MIG_ASKED, MIG_RETURNING, MIG_ENDED, MIG_DONE };
 enum { PMIG_NONE, PMIG_ASKED, PMIG_ENDED };
 
 /* REDIRECT: the ticket of the process that accepted the kernel connection */

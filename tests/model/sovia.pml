@@ -103,12 +103,13 @@
 #define THREADS 0 /* another thread of a leaving program may send, read or
                      shut down while sov_migrate waits (it drops the lock) */
 #endif
-/* What main's code does (0) or a proposed fix (1), README.md "Findings": */
+/* What main's code did (0) or a fix (1), README.md "Findings"; the default
+ * is what the code does now: */
 #ifndef FIX_PUSH
-#define FIX_PUSH 0 /* 1: bytes owed to the kernel go out only after the END */
+#define FIX_PUSH 1 /* 1: bytes owed to the kernel go out only after the END */
 #endif
 #ifndef FIX_LOST
-#define FIX_LOST 0 /* 1: the VI failing is no reset after our END (unless
+#define FIX_LOST 1 /* 1: the VI failing is no reset after our END (unless
                       the peer's is due), nor for a send while the peer's
                       END is due (a flushed receive before that END is) */
 #endif

@@ -23,9 +23,20 @@
  *    kernel TCP, byte-exact. Before, sovia's first memfd_create killed it.
  *    started_filtered_allowing: the same under a filter that allows all
  *    sovia needs: carried.
+ *  - combined_give_back: both windows full and the client's last small
+ *    write combined (no credit) when the server leaves: the client answers
+ *    the REQUEST (its combined bytes wait to go behind what the server
+ *    gives back) 300 ms before its program reads, so the server can give
+ *    back only then. Before, the client's service thread wrote the
+ *    combined bytes to the kernel socket at once, ahead of the bytes given
+ *    back, and then sov_mig_returned's head wrapped (ret_len 0, ret_tail
+ *    kept): memmove/memcpy before the return buffer (ASan:
+ *    heap-buffer-overflow; plain build: the server's byte 0 is wrong).
+ *    tests/model/README.md, Findings 3.2.
  * Each case checks every byte against a pattern, the end of stream, and
  * the exit records (migrated).
  */
+#include <errno.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
@@ -33,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -112,6 +124,66 @@ static void exchange_server(struct p_role *r)
     int fd = (int)SYS(accept(r->lfd, NULL, NULL));
     recv_stream(fd, 0, C_AFTER, SEED_C);
     send_stream(fd, 0, S_AFTER, SEED_S);
+    SYS(close(fd));
+}
+
+/* Writes the stream from `at` until the window is full (EAGAIN), in big
+ * pieces (never combined); the new offset. */
+static size_t fill_window(int fd, size_t at, uint64_t seed)
+{
+    uint8_t b[65536];
+    for (;;) {
+        stream_bytes(b, at, sizeof b, seed);
+        ssize_t n = send(fd, b, sizeof b, MSG_DONTWAIT);
+        if (n < 0 && errno == EAGAIN)
+            return at;
+        CHECK(n > 0);
+        at += (size_t)n;
+    }
+}
+
+#define COMBINED 100 /* the client's small write that waits for a credit */
+
+/* In the client's image exec'd with combining on (sovia run's default is
+ * off). */
+static void combined_client_run(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    recv_stream(fd, 0, 1, SEED_S); /* paired both ways before the windows fill */
+    send_stream(fd, 0, 1, SEED_C);
+    size_t c_fill = fill_window(fd, 1, SEED_C);
+    send_stream(fd, c_fill, COMBINED, SEED_C); /* combined: no credit */
+    p_put_int(r, (long long)c_fill);
+    size_t s_fill = (size_t)p_get_int(r); /* the server leaves now */
+    p_sleep_ms(300); /* its REQUEST is answered; it cannot give back yet */
+    recv_stream(fd, 1, s_fill - 1, SEED_S); /* now it can */
+    send_stream(fd, c_fill + COMBINED, C_AFTER, SEED_C);
+    recv_stream(fd, s_fill, S_AFTER, SEED_S);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+}
+
+static void combined_client(struct p_role *r)
+{
+    SYS(setenv("SOVIA_COMBINE", "1", 1));
+    p_exec_again(r, "combined_client_run", "");
+}
+
+static void sandbox(void);
+
+static void combined_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    send_stream(fd, 0, 1, SEED_S);
+    recv_stream(fd, 0, 1, SEED_C);
+    size_t c_fill = (size_t)p_get_int(r);
+    size_t s_fill = fill_window(fd, 1, SEED_S);
+    p_sleep_ms(50); /* the client's copy of them arrives */
+    p_put_int(r, (long long)s_fill);
+    sandbox(); /* leaves with the client's bytes unread, no credit */
+    recv_stream(fd, 1, c_fill - 1 + COMBINED + C_AFTER, SEED_C);
+    send_stream(fd, s_fill, S_AFTER, SEED_S);
     SYS(close(fd));
 }
 
@@ -219,6 +291,10 @@ int main(int argc, char **argv)
         server_after(&r, atoi(extra));
         return 0;
     }
+    if (what && strcmp(what, "combined_client_run") == 0) {
+        combined_client_run(&r);
+        return 0;
+    }
     if (what && strcmp(what, "filtered_exchange") == 0) {
         filtered_exchange(&r);
         return 0;
@@ -230,6 +306,7 @@ int main(int argc, char **argv)
     else
         p_case("seccomp_shared", seccomp_shared_server, client, P_NO_STATS);
     p_case("exec_plain", exec_plain_server, client, P_NO_STATS);
+    p_case("combined_give_back", combined_server, combined_client, P_CARRIED | P_MIGRATED);
     p_case("started_filtered", exchange_server, filtered_client, P_SERVER_KERNEL | P_CLIENT_KERNEL);
     p_case("started_filtered_allowing", exchange_server, allowing_client, P_CARRIED);
     return p_done();
