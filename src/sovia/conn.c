@@ -300,7 +300,7 @@ static uint32_t packet_imm(const struct sov_conn *c, enum sov_pkt type, uint32_t
 {
     if (type == PKT_WAKEUP)
         return (uint32_t)PKT_WAKEUP | c->cfg.window << WAKEUP_WINDOW_SHIFT |
-               (c->nrecv - c->cfg.window - 3) << WAKEUP_SLOTS_SHIFT;
+               (c->nrecv - c->cfg.window - SOV_CTRL_BUFFERS) << WAKEUP_SLOTS_SHIFT;
     if (type == PKT_REDIRECT)
         return (uint32_t)PKT_REDIRECT | extra;
     return pkt_imm(type, c->to_ack) | extra;

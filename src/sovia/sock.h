@@ -421,6 +421,10 @@ void sov_inherit_import(void);                 /* in the new image, before main(
 /* config.c */
 int sov_config_check(const struct sov_config *c);
 void sov_config_from_env(struct sov_config *c);
+/* Receive buffers beyond the window's DATA and ACK packets: the peer's FIN,
+ * a FINACK outstanding with it after a half-close, and a MIGRATE REQUEST
+ * and ACK of the peer's outstanding together when REQUESTs cross. */
+#define SOV_CTRL_BUFFERS 4
 unsigned sov_recv_buffers(const struct sov_config *c);
 
 /* addr.c */

@@ -14,7 +14,7 @@
  *
  * What is checked (see README.md):
  *  - the pre-posting constraint: a packet never arrives at an end with no
- *    receive posted (assert in deliver), given the P = w + ceil(w/t) + 3
+ *    receive posted (assert in deliver), given the P = w + ceil(w/t) + 4
  *    buffers the implementation posts (FEWER=k posts k fewer);
  *  - no invalid end state: both ends always finish (close thread done, or
  *    reset), with no 60 s close timeout to help;
@@ -140,10 +140,11 @@
 #define KMAX 8  /* kernel connection and return buffer: more than any N */
 #define CEIL(a, b) (((a) + (b) - 1) / (b))
 /* The implementation's receive buffers (sov_recv_buffers in config.c):
- * w DATA, ceil(w/t) ACK, FIN, FINACK, one MIGRATE. */
-#define PBUF(w, t) ((w) + CEIL(w, t) + 3)
-/* ACK slots a WAKEUP announces (packet_imm in conn.c): P - w - 3. */
-#define SLOTS(j) (P[j] - W[j] - 3)
+ * w DATA, ceil(w/t) ACK, FIN, FINACK, a MIGRATE REQUEST and ACK
+ * (SOV_CTRL_BUFFERS). */
+#define PBUF(w, t) ((w) + CEIL(w, t) + 4)
+/* ACK slots a WAKEUP announces (packet_imm in conn.c): P - w - 4. */
+#define SLOTS(j) (P[j] - W[j] - 4)
 #define MAYLEAVE(i) ((MIGRATE >> (i)) & 1)
 
 mtype = { DATA, ACK, WAKEUP, FIN, FINACK, MIG };
