@@ -99,12 +99,21 @@ bool sov_mig_push(struct sov_sock *s)
         c->ret_off = c->ret_len; /* the kernel connection ended: nothing to deliver */
         return false;
     }
-    if (c->ret_len) {
-        c->ret_len = c->ret_off = 0;
-        if (c->peer_mig == PMIG_ENDED && c->wr_shut)
-            syscall(SYS_shutdown, s->fd, SHUT_WR); /* our FIN, after the bytes before it */
-    }
+    c->ret_len = c->ret_off = 0;
+    sov_mig_kernel_fin(s); /* our FIN, after the bytes before it */
     return true;
+}
+
+/* Our program shut down while the stream was carried: the kernel socket
+ * gets its FIN once the send side is the kernel's (the preload's
+ * shutdown() leaves it alone until then). */
+void sov_mig_kernel_fin(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    if (c && c->wr_shut && !c->kfin) {
+        c->kfin = true;
+        syscall(SYS_shutdown, s->fd, SHUT_WR);
+    }
 }
 
 /* A peer that asked and never ended (it died, or lies): reset, not a
@@ -420,7 +429,7 @@ int sov_mig_shutdown_wr(struct sov_sock *s)
     struct sov_conn *c = s->conn;
     c->wr_shut = true; /* sov_mig_push shuts the kernel side after what it owes */
     if (sov_mig_send_ready(c))
-        syscall(SYS_shutdown, s->fd, SHUT_WR);
+        sov_mig_kernel_fin(s);
     return 0;
 }
 

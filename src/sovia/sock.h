@@ -218,6 +218,11 @@ struct sov_conn {
      * bytes: the peer's unread ones it gave back, then, the last ret_tail
      * bytes until its END, what we had combined; ret_off of it is out. */
     uint8_t mig, peer_mig;
+    /* The kernel socket is shut for writing: our program shut down while
+     * carried (wr_shut), and the stream's send side became the kernel's
+     * (sov_mig_kernel_fin). Not before: a peer that leaves gives back
+     * bytes we must still write there. */
+    bool kfin;
     uint64_t mig_deadline_ns; /* the peer's END is due (it asked) */
     uint8_t *ret;
     size_t ret_len, ret_off, ret_cap, ret_tail;
@@ -499,6 +504,7 @@ ssize_t sov_mig_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, in
                      size_t got);
 short sov_mig_revents(struct sov_sock *s, short r);
 int sov_mig_shutdown_wr(struct sov_sock *s);
+void sov_mig_kernel_fin(struct sov_sock *s); /* the kernel socket's FIN, if owed */
 void sov_mig_watch(struct sov_sock *s); /* the service thread pushes for it */
 int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);
 /* ticket: 0, or listen at that ticket's address of s->local (sovia run). */

@@ -534,6 +534,7 @@ void sov_tp_fall_back(struct sov_sock *s)
         if (sov_table_clear(fd, s))
             s->nfds--;
     write_kernel(s); /* early bytes, before anything the program writes next */
+    sov_mig_kernel_fin(s); /* after them: the FIN our program sent over sovia */
     struct sov_conn *c = s->conn;
     s->conn = NULL; /* under the lock: see detach_conn */
     if (c)

@@ -114,7 +114,7 @@
                       END is due (a flushed receive before that END is) */
 #endif
 #ifndef FIX_KFIN
-#define FIX_KFIN 0 /* 1: shutdown() leaves the kernel socket alone while
+#define FIX_KFIN 1 /* 1: shutdown() leaves the kernel socket alone while
                       carried; it is shut once the stream is the kernel's */
 #endif
 #ifndef FIX_FLUSH

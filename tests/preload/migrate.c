@@ -33,6 +33,12 @@
  *    kept): memmove/memcpy before the return buffer (ASan:
  *    heap-buffer-overflow; plain build: the server's byte 0 is wrong).
  *    tests/model/README.md, Findings 3.2.
+ *  - shut_then_move: the client writes and shuts down (SHUT_WR) before the
+ *    server, which read none of it, leaves; the server then reads all of
+ *    it and the end of stream from the kernel socket. Before, the
+ *    client's shutdown() shut its kernel socket at once, so the bytes the
+ *    server gave back could not follow (EPIPE, dropped): the server read
+ *    the end of stream without them. Findings 3.4.
  * Each case checks every byte against a pattern, the end of stream, and
  * the exit records (migrated).
  */
@@ -187,6 +193,31 @@ static void combined_server(struct p_role *r)
     SYS(close(fd));
 }
 
+static void shut_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    send_stream(fd, 0, C_BEFORE, SEED_C);
+    SYS(shutdown(fd, SHUT_WR));
+    p_put_int(r, 1);
+    recv_stream(fd, 0, S_AFTER, SEED_S);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+}
+
+static void shut_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    CHECK_EQ(p_get_int(r), 1);
+    p_sleep_ms(50); /* the client's bytes and its FIN arrive, unread */
+    sandbox();
+    recv_stream(fd, 0, C_BEFORE, SEED_C);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    send_stream(fd, 0, S_AFTER, SEED_S);
+    SYS(close(fd));
+}
+
 /* In the image exec'd under the filter. */
 static void filtered_exchange(struct p_role *r)
 {
@@ -307,6 +338,7 @@ int main(int argc, char **argv)
         p_case("seccomp_shared", seccomp_shared_server, client, P_NO_STATS);
     p_case("exec_plain", exec_plain_server, client, P_NO_STATS);
     p_case("combined_give_back", combined_server, combined_client, P_CARRIED | P_MIGRATED);
+    p_case("shut_then_move", shut_server, shut_client, P_CARRIED | P_MIGRATED);
     p_case("started_filtered", exchange_server, filtered_client, P_SERVER_KERNEL | P_CLIENT_KERNEL);
     p_case("started_filtered_allowing", exchange_server, allowing_client, P_CARRIED);
     return p_done();
