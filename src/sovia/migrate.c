@@ -206,6 +206,8 @@ void sov_mig_packet(struct sov_sock *s, struct sov_conn *c, uint32_t imm, uint32
         }
         c->peer_mig = PMIG_ENDED;
         c->ret_tail = 0;
+        if (c->mig == MIG_NONE) /* (ours counts itself in sov_migrate) */
+            atomic_fetch_add(&sov_g.tp_migrated, 1); /* even if it is closed before it settles */
         if (!sov_mig_push(s))
             c->ret_len = c->ret_off = 0;
         return;

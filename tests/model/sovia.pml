@@ -132,8 +132,8 @@
                                acknowledges what we gave back) is no fault */
 #endif
 #ifndef FIX_CLOSE
-#define FIX_CLOSE 0 /* 1: the close thread is done once the peer's END came
-                       and what was owed went out */
+#define FIX_CLOSE 1 /* 1: the close thread is done once the peer's END came
+                       (what was owed goes with the kernel socket) */
 #endif
 
 #define QMAX 16 /* completion queue capacity: more than any P checked */
@@ -765,7 +765,7 @@ proctype End(bit i)
     :: atomic {
         app_closed[i] && HANDLED(i) &&
         (reset[i] || peer_gone[i] || (wr_shut[i] && fin_acked[i] && peer_fin[i]) ||
-         (FIX_CLOSE && SEND_READY(i))) ->
+         (FIX_CLOSE && pmig[i] == PENDED)) ->
         printf("MSC: end %d is done (reset %d): VipDisconnect\n", i, reset[i]);
         clean[i] = !reset[i];
         broken = true;
