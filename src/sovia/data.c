@@ -159,12 +159,14 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
         sov_conn_lost(c); /* flushed: the VI broke or the other side is gone */
         return;
     }
-    if (c->peer_mig == PMIG_ENDED) { /* it left the VI: nothing more may come */
+    uint32_t imm = d->CS.ImmediateData;
+    uint32_t type = imm & PKT_TYPE_MASK, acks = (imm >> PKT_ACKS_SHIFT) & PKT_ACKS_MAX;
+    /* The peer left the VI: nothing more may come, but for an ACK of what
+     * we gave back when we leave too (its END can overtake it). */
+    if (c->peer_mig == PMIG_ENDED && (type != PKT_ACK || c->mig == MIG_NONE)) {
         sov_conn_abort(c);
         return;
     }
-    uint32_t imm = d->CS.ImmediateData;
-    uint32_t type = imm & PKT_TYPE_MASK, acks = (imm >> PKT_ACKS_SHIFT) & PKT_ACKS_MAX;
     if (type == PKT_WAKEUP) {
         if (sov_conn_wakeup(c, d) != 0) {
             sov_conn_abort(c);

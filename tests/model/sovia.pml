@@ -124,11 +124,11 @@
                        kernel socket, behind what a crossing peer gives back */
 #endif
 #ifndef FIX_GB_ACK
-#define FIX_GB_ACK 0 /* 1: give_back, waiting for a credit, acknowledges
+#define FIX_GB_ACK 1 /* 1: give_back, waiting for a credit, acknowledges
                         what it owes (ACK packet) */
 #endif
 #ifndef FIX_ACK_AFTER_END
-#define FIX_ACK_AFTER_END 0 /* 1: an ACK packet after the peer's END (it
+#define FIX_ACK_AFTER_END 1 /* 1: an ACK packet after the peer's END (it
                                acknowledges what we gave back) is no fault */
 #endif
 #ifndef FIX_CLOSE
@@ -484,7 +484,7 @@ inline handle(i)
         assert(peer_window[i] == 0); /* a second WAKEUP would be EPROTO */
         peer_window[i] = W[1 - i];
         credits[i] = W[1 - i];
-        /* The peer announces nrecv - w - 3 ACK slots; our ACK packets are
+        /* The peer announces nrecv - w - 4 ACK slots; our ACK packets are
          * paced to fit them: at most w / ack_every can be outstanding. */
 #if BUG_ACK_EVERY
         ack_every[i] = 1;
