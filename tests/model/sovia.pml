@@ -118,7 +118,7 @@
                       carried; it is shut once the stream is the kernel's */
 #endif
 #ifndef FIX_FLUSH
-#define FIX_FLUSH 0 /* 1: sov_migrate sends no DATA for what it had combined
+#define FIX_FLUSH 1 /* 1: sov_migrate sends no DATA for what it had combined
                        (which needs a credit, waited for without a deadline):
                        REQUEST at once; the combined bytes are owed to the
                        kernel socket, behind what a crossing peer gives back */

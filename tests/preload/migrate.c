@@ -33,6 +33,11 @@
  *    kept): memmove/memcpy before the return buffer (ASan:
  *    heap-buffer-overflow; plain build: the server's byte 0 is wrong).
  *    tests/model/README.md, Findings 3.2.
+ *  - leaving_combined: the client leaves with the server's window full and
+ *    its last small write combined, and the server reads only after it
+ *    moved. Before, sov_migrate first sent the combined bytes as DATA,
+ *    waiting for a credit without a deadline: both hung. Now they go to
+ *    the kernel socket after the VI's part. Findings 3.8.
  *  - shut_then_move: the client writes and shuts down (SHUT_WR) before the
  *    server, which read none of it, leaves; the server then reads all of
  *    it and the end of stream from the kernel socket. Before, the
@@ -155,15 +160,29 @@ static size_t fill_window(int fd, size_t at, uint64_t seed)
 
 #define COMBINED 100 /* the client's small write that waits for a credit */
 
-/* In the client's image exec'd with combining on (sovia run's default is
- * off). */
-static void combined_client_run(struct p_role *r)
+/* The client, in its image exec'd with combining on (sovia run's default
+ * is off): connects, fills the server's window (to *c_fill), and writes
+ * COMBINED bytes more, which wait combined for a credit. */
+static int connect_full_combined(struct p_role *r, size_t *c_fill)
 {
     int fd = p_connect(r->port);
     recv_stream(fd, 0, 1, SEED_S); /* paired both ways before the windows fill */
     send_stream(fd, 0, 1, SEED_C);
-    size_t c_fill = fill_window(fd, 1, SEED_C);
-    send_stream(fd, c_fill, COMBINED, SEED_C); /* combined: no credit */
+    *c_fill = fill_window(fd, 1, SEED_C);
+    send_stream(fd, *c_fill, COMBINED, SEED_C);
+    return fd;
+}
+
+static void exec_combining(struct p_role *r, const char *what)
+{
+    SYS(setenv("SOVIA_COMBINE", "1", 1));
+    p_exec_again(r, what, "");
+}
+
+static void combined_client_run(struct p_role *r)
+{
+    size_t c_fill;
+    int fd = connect_full_combined(r, &c_fill);
     p_put_int(r, (long long)c_fill);
     size_t s_fill = (size_t)p_get_int(r); /* the server leaves now */
     p_sleep_ms(300); /* its REQUEST is answered; it cannot give back yet */
@@ -177,11 +196,40 @@ static void combined_client_run(struct p_role *r)
 
 static void combined_client(struct p_role *r)
 {
-    SYS(setenv("SOVIA_COMBINE", "1", 1));
-    p_exec_again(r, "combined_client_run", "");
+    exec_combining(r, "combined_client_run");
 }
 
 static void sandbox(void);
+
+/* It leaves with the server's window full and its last write combined. */
+static void leaving_combined_run(struct p_role *r)
+{
+    size_t c_fill;
+    int fd = connect_full_combined(r, &c_fill);
+    sandbox(); /* the server reads only once we moved */
+    p_put_int(r, (long long)c_fill);
+    send_stream(fd, c_fill + COMBINED, C_AFTER, SEED_C);
+    recv_stream(fd, 1, S_AFTER, SEED_S);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+}
+
+static void leaving_combined_client(struct p_role *r)
+{
+    exec_combining(r, "leaving_combined_run");
+}
+
+static void leaving_combined_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    send_stream(fd, 0, 1, SEED_S);
+    recv_stream(fd, 0, 1, SEED_C);
+    size_t c_fill = (size_t)p_get_int(r);
+    recv_stream(fd, 1, c_fill - 1 + COMBINED + C_AFTER, SEED_C);
+    send_stream(fd, 1, S_AFTER, SEED_S);
+    SYS(close(fd));
+}
 
 static void combined_server(struct p_role *r)
 {
@@ -378,6 +426,10 @@ int main(int argc, char **argv)
         server_after(&r, atoi(extra));
         return 0;
     }
+    if (what && strcmp(what, "leaving_combined_run") == 0) {
+        leaving_combined_run(&r);
+        return 0;
+    }
     if (what && strcmp(what, "combined_client_run") == 0) {
         combined_client_run(&r);
         return 0;
@@ -394,6 +446,8 @@ int main(int argc, char **argv)
         p_case("seccomp_shared", seccomp_shared_server, client, P_NO_STATS);
     p_case("exec_plain", exec_plain_server, client, P_NO_STATS);
     p_case("combined_give_back", combined_server, combined_client, P_CARRIED | P_MIGRATED);
+    p_case("leaving_combined", leaving_combined_server, leaving_combined_client,
+           P_CARRIED | P_MIGRATED);
     p_case("shut_then_move", shut_server, shut_client, P_CARRIED | P_MIGRATED);
     p_case("close_after_move", close_server, close_client, P_CARRIED | P_MIGRATED);
     p_case("started_filtered", exchange_server, filtered_client, P_SERVER_KERNEL | P_CLIENT_KERNEL);
