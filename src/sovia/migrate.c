@@ -55,10 +55,11 @@ static int post_mig(struct sov_conn *c, uint32_t sub)
 /* ---- B: the peer leaves ------------------------------------------------------------ */
 
 /* Room for `more` bytes in the return buffer (bounded by what the peer
- * could have held: its window of DATA plus our combined bytes). */
+ * could have held: its window of our DATA, which is peer_window, not our
+ * own window, plus our combined bytes). */
 static bool ret_room(struct sov_conn *c, size_t more)
 {
-    size_t cap_max = (size_t)(c->cfg.window + 1) * c->cfg.mtu;
+    size_t cap_max = (size_t)(c->peer_window + 1) * c->cfg.mtu;
     if (c->ret_len + more > cap_max)
         return false;
     if (c->ret_len + more <= c->ret_cap)

@@ -131,6 +131,10 @@
 #define FIX_ACK_AFTER_END 1 /* 1: an ACK packet after the peer's END (it
                                acknowledges what we gave back) is no fault */
 #endif
+#ifndef FIX_RET_ROOM
+#define FIX_RET_ROOM 1 /* 1: the return buffer is capped by the peer's
+                          window (plus our combined bytes), not ours */
+#endif
 #ifndef FIX_CLOSE
 #define FIX_CLOSE 1 /* 1: the close thread is done once the peer's END came
                        (what was owed goes with the kernel socket) */
@@ -516,7 +520,8 @@ inline handle(i)
             :: else
             fi;
             if
-            :: RETLEN(i) + 1 > W[i] + 1 -> abort_conn(i) /* ret_room() */
+            :: RETLEN(i) + 1 > (FIX_RET_ROOM -> W[1 - i] : W[i]) + 1 ->
+                abort_conn(i) /* ret_room() */
             :: else ->
                 printf("MSC: end %d keeps message %d given back\n", i, h_seq);
                 retq[i]!h_seq;

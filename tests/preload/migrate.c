@@ -38,6 +38,11 @@
  *    moved. Before, sov_migrate first sent the combined bytes as DATA,
  *    waiting for a credit without a deadline: both hung. Now they go to
  *    the kernel socket after the VI's part. Findings 3.8.
+ *  - big_window_leaves: the client runs with a window of 2, fills the
+ *    server's window of 32, and the server leaves with all of it unread.
+ *    Before, the client capped what it keeps for the kernel socket by its
+ *    own window (3 MTUs) and reset the connection at the fourth buffer
+ *    given back. Findings 3.6.
  *  - shut_then_move: the client writes and shuts down (SHUT_WR) before the
  *    server, which read none of it, leaves; the server then reads all of
  *    it and the end of stream from the kernel socket. Before, the
@@ -259,6 +264,44 @@ static int vi_mappings(void)
     return n;
 }
 
+/* In the client's image exec'd with a window of 2: it fills the server's
+ * window of 32, which the server gives back when it leaves. */
+static void small_window_run(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    recv_stream(fd, 0, 1, SEED_S);
+    send_stream(fd, 0, 1, SEED_C);
+    size_t c_fill = fill_window(fd, 1, SEED_C);
+    p_put_int(r, (long long)c_fill);
+    CHECK_EQ(p_get_int(r), 2); /* it moved */
+    send_stream(fd, c_fill, C_AFTER, SEED_C);
+    recv_stream(fd, 1, S_AFTER, SEED_S);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+}
+
+static void small_window_client(struct p_role *r)
+{
+    SYS(setenv("SOVIA_WINDOW", "2", 1));
+    SYS(setenv("SOVIA_ACK_THRESHOLD", "1", 1));
+    p_exec_again(r, "small_window_run", "");
+}
+
+static void big_window_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    send_stream(fd, 0, 1, SEED_S);
+    recv_stream(fd, 0, 1, SEED_C);
+    size_t c_fill = (size_t)p_get_int(r);
+    p_sleep_ms(50); /* the client's bytes arrive, unread */
+    sandbox();
+    p_put_int(r, 2);
+    recv_stream(fd, 1, c_fill - 1 + C_AFTER, SEED_C);
+    send_stream(fd, 1, S_AFTER, SEED_S);
+    SYS(close(fd));
+}
+
 static void shut_client(struct p_role *r)
 {
     int fd = p_connect(r->port);
@@ -426,6 +469,10 @@ int main(int argc, char **argv)
         server_after(&r, atoi(extra));
         return 0;
     }
+    if (what && strcmp(what, "small_window_run") == 0) {
+        small_window_run(&r);
+        return 0;
+    }
     if (what && strcmp(what, "leaving_combined_run") == 0) {
         leaving_combined_run(&r);
         return 0;
@@ -448,6 +495,7 @@ int main(int argc, char **argv)
     p_case("combined_give_back", combined_server, combined_client, P_CARRIED | P_MIGRATED);
     p_case("leaving_combined", leaving_combined_server, leaving_combined_client,
            P_CARRIED | P_MIGRATED);
+    p_case("big_window_leaves", big_window_server, small_window_client, P_CARRIED | P_MIGRATED);
     p_case("shut_then_move", shut_server, shut_client, P_CARRIED | P_MIGRATED);
     p_case("close_after_move", close_server, close_client, P_CARRIED | P_MIGRATED);
     p_case("started_filtered", exchange_server, filtered_client, P_SERVER_KERNEL | P_CLIENT_KERNEL);
