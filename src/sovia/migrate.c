@@ -307,6 +307,10 @@ int sov_migrate(struct sov_sock *s)
     }
     uint64_t end = sov_now_ns() + MIGRATE_WAIT_NS;
     int rc = c->reset ? -ECONNRESET : 0;
+    /* A peer that is gone (every process there closed) cannot take back
+     * what our program has not read: those bytes go with the VI. */
+    if (rc == 0 && c->peer_gone && sov_readable(s))
+        rc = -ECONNRESET;
     if (rc == 0 && c->mig == MIG_NONE && !c->peer_gone) {
         /* What our program combined would need a credit, which may never
          * come (a peer leaving too, its window full, waits as we do): it
@@ -340,9 +344,12 @@ int sov_migrate(struct sov_sock *s)
         atomic_fetch_add(&sov_g.tp_migrated, 1);
     } else if (c) {
         /* The two ends no longer agree on the stream: reset it for both.
-         * The program's next calls see the kernel connection's end. */
+         * A disconnect (connect to AF_UNSPEC) sends the kernel peer an RST
+         * and leaves ECONNRESET for our program's next call: bytes were
+         * lost, which a plain end of stream would hide. */
         sov_conn_abort(c);
-        syscall(SYS_shutdown, s->fd, SHUT_RDWR);
+        struct sockaddr unspec = {.sa_family = AF_UNSPEC};
+        syscall(SYS_connect, s->fd, &unspec, sizeof unspec);
     }
     sov_tp_fall_back(s);
     return rc;

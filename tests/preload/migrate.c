@@ -43,6 +43,11 @@
  *    Before, the client capped what it keeps for the kernel socket by its
  *    own window (3 MTUs) and reset the connection at the fourth buffer
  *    given back. Findings 3.6.
+ *  - peer_closed: the client writes and closes before the server, which
+ *    read none of it, leaves: those bytes cannot reach the server any
+ *    more, and its next read() must say ECONNRESET. Before, the failed
+ *    migration shut the kernel socket down and the server read a plain
+ *    end of stream, a silent truncation. Findings 3.11.
  *  - shut_then_move: the client writes and shuts down (SHUT_WR) before the
  *    server, which read none of it, leaves; the server then reads all of
  *    it and the end of stream from the kernel socket. Before, the
@@ -302,6 +307,26 @@ static void big_window_server(struct p_role *r)
     SYS(close(fd));
 }
 
+/* Writes, closes, and only then lets the server leave. */
+static void closed_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    send_stream(fd, 0, C_BEFORE, SEED_C);
+    p_sleep_ms(50); /* its bytes arrive before the close */
+    SYS(close(fd));
+    p_put_int(r, 1);
+}
+
+static void closed_peer_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    CHECK_EQ(p_get_int(r), 1);
+    sandbox(); /* with the client's bytes unread */
+    char c;
+    CHECK_ERR(read(fd, &c, 1), ECONNRESET);
+    SYS(close(fd));
+}
+
 static void shut_client(struct p_role *r)
 {
     int fd = p_connect(r->port);
@@ -496,6 +521,7 @@ int main(int argc, char **argv)
     p_case("leaving_combined", leaving_combined_server, leaving_combined_client,
            P_CARRIED | P_MIGRATED);
     p_case("big_window_leaves", big_window_server, small_window_client, P_CARRIED | P_MIGRATED);
+    p_case("peer_closed", closed_peer_server, closed_client, P_CARRIED);
     p_case("shut_then_move", shut_server, shut_client, P_CARRIED | P_MIGRATED);
     p_case("close_after_move", close_server, close_client, P_CARRIED | P_MIGRATED);
     p_case("started_filtered", exchange_server, filtered_client, P_SERVER_KERNEL | P_CLIENT_KERNEL);
