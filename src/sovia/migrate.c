@@ -355,6 +355,31 @@ int sov_migrate(struct sov_sock *s)
     return rc;
 }
 
+bool sov_mig_ours_moving(const struct sov_conn *c)
+{
+    return c->mig != MIG_NONE && c->mig != MIG_DONE;
+}
+
+/* Another thread's send, shutdown or recv while sov_migrate, which sleeps
+ * with the lock released, moves the connection: nothing may follow our
+ * REQUEST on the VI (the peer would take DATA for its own bytes given
+ * back, and resets at a FIN), and what a reader finds missing on the VI
+ * is given back or comes on the kernel socket, not an end of stream. It
+ * waits until the socket fell back: -EBADF then sends the caller to the
+ * kernel socket (the preload's rule). */
+int sov_mig_wait_ours(struct sov_sock *s, bool nonblock)
+{
+    uint64_t spun = 0;
+    while (!s->dead && s->conn && sov_mig_ours_moving(s->conn)) {
+        if (nonblock)
+            return -EAGAIN;
+        int rc = sov_wait(s, &spun);
+        if (rc)
+            return rc;
+    }
+    return -EBADF;
+}
+
 /* ---- B: the calls of our program while the peer leaves -------------------------------- */
 
 bool sov_mig_over(const struct sov_sock *s)

@@ -505,6 +505,8 @@ ssize_t sov_mig_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, in
 short sov_mig_revents(struct sov_sock *s, short r);
 int sov_mig_shutdown_wr(struct sov_sock *s);
 void sov_mig_kernel_fin(struct sov_sock *s); /* the kernel socket's FIN, if owed */
+bool sov_mig_ours_moving(const struct sov_conn *c); /* sov_migrate under way */
+int sov_mig_wait_ours(struct sov_sock *s, bool nonblock); /* another thread leaves */
 void sov_mig_watch(struct sov_sock *s); /* the service thread pushes for it */
 int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);
 /* ticket: 0, or listen at that ticket's address of s->local (sovia run). */

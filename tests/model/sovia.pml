@@ -135,6 +135,11 @@
 #define FIX_RET_ROOM 1 /* 1: the return buffer is capped by the peer's
                           window (plus our combined bytes), not ours */
 #endif
+#ifndef FIX_THREADS
+#define FIX_THREADS 1 /* 1: another thread's send(), shutdown() or recv()
+                         with nothing on the VI waits while sov_migrate
+                         moves the socket, then uses the kernel's */
+#endif
 #ifndef FIX_CLOSE
 #define FIX_CLOSE 1 /* 1: the close thread is done once the peer's END came
                        (what was owed goes with the kernel socket) */
@@ -596,6 +601,10 @@ inline request(i)
 /* ... on the carried socket: not fallen back, and not inside sov_migrate
  * (unless another thread calls, THREADS). */
 #define VIAPP(i) (OPEN(i) && !fell[i] && (!leaving[i] || THREADS))
+/* FIX_THREADS: send(), shutdown() and a recv() that finds nothing on the
+ * VI (the bytes given back are not ours to read) wait while sov_migrate
+ * moves it. */
+#define NOT_MOVING(i) (!FIX_THREADS || mig[i] == MNONE)
 /* ... reading or writing the kernel connection: fallen back, or the peer
  * left and its VI stream is read (sov_mig_recv). */
 #define KREAD(i) ((fell[i] && !app_closed[i]) || \
@@ -637,7 +646,7 @@ proctype End(bit i)
     /* send() of a large message: one DATA packet, needs a credit. */
     :: atomic {
         VIAPP(i) && !reset[i] && !peer_gone[i] && !wr_shut[i] && sent[i] < N[i] && !cbuf[i] &&
-        pmig[i] == PNONE && credits[i] > 0 ->
+        pmig[i] == PNONE && credits[i] > 0 && NOT_MOVING(i) ->
         if
         :: mig[i] != MNONE -> violated(rule_no_data_after_our_request)
         :: else
@@ -653,7 +662,7 @@ proctype End(bit i)
     /* send() of a small message: into the combining buffer. */
     :: atomic {
         VIAPP(i) && !reset[i] && !peer_gone[i] && !wr_shut[i] && sent[i] < N[i] && !cbuf[i] &&
-        pmig[i] == PNONE ->
+        pmig[i] == PNONE && NOT_MOVING(i) ->
         printf("MSC: end %d combines message %d\n", i, sent[i]);
         cbuf[i] = true;
         sent[i]++;
@@ -692,10 +701,11 @@ proctype End(bit i)
     }
 
     /* shutdown(SHUT_WR): FIN after what is combined (sov_send_fin); once
-     * the peer left, the kernel socket's (sov_mig_shutdown_wr). The
-     * preload shuts the kernel socket down too (real.shutdown). */
+     * the peer left, the kernel socket's (sov_mig_shutdown_wr). Without
+     * FIX_KFIN the preload shuts the kernel socket down too. */
     :: atomic {
-        VIAPP(i) && !reset[i] && !wr_shut[i] && !cbuf[i] && (!GRACEFUL || sent[i] == N[i]) ->
+        VIAPP(i) && !reset[i] && !wr_shut[i] && !cbuf[i] && (!GRACEFUL || sent[i] == N[i]) &&
+        NOT_MOVING(i) ->
         if
         :: pmig[i] == PNONE ->
             if
@@ -900,7 +910,7 @@ proctype End(bit i)
     }
     /* End of stream: the peer's FIN on the VI, or on the kernel socket. */
     :: atomic {
-        !eof[i] && ((VIAPP(i) && rq[i] == 0 && peer_fin[i]) ||
+        !eof[i] && ((VIAPP(i) && rq[i] == 0 && peer_fin[i] && NOT_MOVING(i)) ||
                     (KREAD(i) && empty(kern[1 - i]) && kfin[1 - i])) ->
         printf("MSC: end %d reads end of stream\n", i);
         eof[i] = true

@@ -48,6 +48,12 @@
  *    more, and its next read() must say ECONNRESET. Before, the failed
  *    migration shut the kernel socket down and the server read a plain
  *    end of stream, a silent truncation. Findings 3.11.
+ *  - thread_shuts_while_moving: the server leaves while its window to the
+ *    client is full and the client reads only 300 ms later; meanwhile
+ *    another thread of the server shuts the socket down. The shutdown must
+ *    wait for the move and then go to the kernel socket (the client reads
+ *    everything, then the end). Before, its FIN went on the VI after the
+ *    REQUEST, and the client reset the connection. Findings 3.12.
  *  - shut_then_move: the client writes and shuts down (SHUT_WR) before the
  *    server, which read none of it, leaves; the server then reads all of
  *    it and the end of stream from the kernel socket. Before, the
@@ -65,6 +71,7 @@
 #include <errno.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,15 +177,22 @@ static size_t fill_window(int fd, size_t at, uint64_t seed)
 
 #define COMBINED 100 /* the client's small write that waits for a credit */
 
-/* The client, in its image exec'd with combining on (sovia run's default
- * is off): connects, fills the server's window (to *c_fill), and writes
- * COMBINED bytes more, which wait combined for a credit. */
-static int connect_full_combined(struct p_role *r, size_t *c_fill)
+/* The client: connects and fills the server's window (to *c_fill). */
+static int connect_filled(struct p_role *r, size_t *c_fill)
 {
     int fd = p_connect(r->port);
     recv_stream(fd, 0, 1, SEED_S); /* paired both ways before the windows fill */
     send_stream(fd, 0, 1, SEED_C);
     *c_fill = fill_window(fd, 1, SEED_C);
+    return fd;
+}
+
+/* The client, in its image exec'd with combining on (sovia run's default
+ * is off): connects, fills the server's window (to *c_fill), and writes
+ * COMBINED bytes more, which wait combined for a credit. */
+static int connect_full_combined(struct p_role *r, size_t *c_fill)
+{
+    int fd = connect_filled(r, c_fill);
     send_stream(fd, *c_fill, COMBINED, SEED_C);
     return fd;
 }
@@ -241,15 +255,24 @@ static void leaving_combined_server(struct p_role *r)
     SYS(close(fd));
 }
 
-static void combined_server(struct p_role *r)
+/* The server: accepts, learns how far the client filled its window
+ * (*c_fill), fills the client's (to *s_fill) and tells it, about to leave. */
+static int accept_filled(struct p_role *r, size_t *c_fill, size_t *s_fill)
 {
     int fd = (int)SYS(accept(r->lfd, NULL, NULL));
     send_stream(fd, 0, 1, SEED_S);
     recv_stream(fd, 0, 1, SEED_C);
-    size_t c_fill = (size_t)p_get_int(r);
-    size_t s_fill = fill_window(fd, 1, SEED_S);
+    *c_fill = (size_t)p_get_int(r);
+    *s_fill = fill_window(fd, 1, SEED_S);
     p_sleep_ms(50); /* the client's copy of them arrives */
-    p_put_int(r, (long long)s_fill);
+    p_put_int(r, (long long)*s_fill);
+    return fd;
+}
+
+static void combined_server(struct p_role *r)
+{
+    size_t c_fill, s_fill;
+    int fd = accept_filled(r, &c_fill, &s_fill);
     sandbox(); /* leaves with the client's bytes unread, no credit */
     recv_stream(fd, 1, c_fill - 1 + COMBINED + C_AFTER, SEED_C);
     send_stream(fd, s_fill, S_AFTER, SEED_S);
@@ -273,10 +296,8 @@ static int vi_mappings(void)
  * window of 32, which the server gives back when it leaves. */
 static void small_window_run(struct p_role *r)
 {
-    int fd = p_connect(r->port);
-    recv_stream(fd, 0, 1, SEED_S);
-    send_stream(fd, 0, 1, SEED_C);
-    size_t c_fill = fill_window(fd, 1, SEED_C);
+    size_t c_fill;
+    int fd = connect_filled(r, &c_fill);
     p_put_int(r, (long long)c_fill);
     CHECK_EQ(p_get_int(r), 2); /* it moved */
     send_stream(fd, c_fill, C_AFTER, SEED_C);
@@ -324,6 +345,42 @@ static void closed_peer_server(struct p_role *r)
     sandbox(); /* with the client's bytes unread */
     char c;
     CHECK_ERR(read(fd, &c, 1), ECONNRESET);
+    SYS(close(fd));
+}
+
+/* The client fills the server's window and reads only 300 ms after the
+ * server started to leave, so the server's sov_migrate waits for credits
+ * to give back, meanwhile. */
+static void slow_client(struct p_role *r)
+{
+    size_t c_fill;
+    int fd = connect_filled(r, &c_fill);
+    p_put_int(r, (long long)c_fill);
+    size_t s_fill = (size_t)p_get_int(r); /* the server leaves now */
+    p_sleep_ms(300);
+    recv_stream(fd, 1, s_fill - 1, SEED_S);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0); /* the other thread's shutdown */
+    send_stream(fd, c_fill, C_AFTER, SEED_C);
+    SYS(close(fd));
+}
+
+static void *shut_later(void *arg)
+{
+    p_sleep_ms(100); /* the first thread is in sov_migrate */
+    SYS(shutdown(*(int *)arg, SHUT_WR));
+    return NULL;
+}
+
+static void thread_shut_server(struct p_role *r)
+{
+    size_t c_fill, s_fill;
+    int fd = accept_filled(r, &c_fill, &s_fill);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, shut_later, &fd), 0);
+    sandbox();
+    recv_stream(fd, 1, c_fill - 1 + C_AFTER, SEED_C);
+    CHECK_EQ(pthread_join(t, NULL), 0);
     SYS(close(fd));
 }
 
@@ -522,6 +579,7 @@ int main(int argc, char **argv)
            P_CARRIED | P_MIGRATED);
     p_case("big_window_leaves", big_window_server, small_window_client, P_CARRIED | P_MIGRATED);
     p_case("peer_closed", closed_peer_server, closed_client, P_CARRIED);
+    p_case("thread_shuts_while_moving", thread_shut_server, slow_client, P_CARRIED | P_MIGRATED);
     p_case("shut_then_move", shut_server, shut_client, P_CARRIED | P_MIGRATED);
     p_case("close_after_move", close_server, close_client, P_CARRIED | P_MIGRATED);
     p_case("started_filtered", exchange_server, filtered_client, P_SERVER_KERNEL | P_CLIENT_KERNEL);
