@@ -810,18 +810,22 @@ proctype End(bit i)
         request(i)
     }
     /* ... with the peer gone (its FIN, then its VI) there is nobody to ask:
-     * it falls back at once, and what it had not read goes with the VI. */
+     * it falls back at once if it read everything; what it had not read
+     * would go with the VI, so then it fails (resets). */
     :: atomic {
-        leaving[i] && mig[i] == MNONE && !reset[i] && peer_gone[i] ->
-        printf("MSC: end %d falls back, peer gone, %d messages unread dropped\n", i, rq[i]);
-        rq[i] = 0;
+        leaving[i] && mig[i] == MNONE && !reset[i] && peer_gone[i] && rq[i] > 0 ->
+        violated(migration_failed)
+    }
+    :: atomic {
+        leaving[i] && mig[i] == MNONE && !reset[i] && peer_gone[i] && rq[i] == 0 ->
+        printf("MSC: end %d falls back, peer gone, nothing unread\n", i);
         mig[i] = MDONE;
         leaving[i] = false;
         fell[i] = true;
         broken = true
     }
-    /* ... it fails where the connection failed (reset for both; the code
-     * shuts the kernel socket down, so the programs read an early EOF):
+    /* ... it fails where the connection failed (reset for both, the
+     * kernel connection too: the programs read ECONNRESET):
      * wait_for() looks at its goal before it looks at peer_gone. */
     :: atomic {
         leaving[i] && (reset[i] || (peer_gone[i] && (mig[i] == MASKED ||
