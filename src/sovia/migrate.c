@@ -311,6 +311,20 @@ int sov_migrate(struct sov_sock *s)
      * what our program has not read: those bytes go with the VI. */
     if (rc == 0 && c->peer_gone && sov_readable(s))
         rc = -ECONNRESET;
+    /* We answered the peer's REQUEST before our program left (3.10): a
+     * REQUEST of ours now would come after our ACK, to a VI the peer drops
+     * after its END. Its END and what it gave back are all that is left:
+     * once they are out, the stream is the kernel's, unless our program
+     * has not read all the peer sent on the VI, which cannot follow it. */
+    if (rc == 0 && c->mig == MIG_NONE && c->peer_mig != PMIG_NONE) {
+        if (!wait_for(s, sov_mig_send_ready, end) || sov_readable(s))
+            rc = -ECONNRESET;
+        c = s->conn;
+        if (rc == 0) {
+            sov_tp_fall_back(s); /* counted migrated at its END */
+            return 0;
+        }
+    }
     if (rc == 0 && c->mig == MIG_NONE && !c->peer_gone) {
         /* What our program combined would need a credit, which may never
          * come (a peer leaving too, its window full, waits as we do): it

@@ -140,6 +140,12 @@
                          with nothing on the VI waits while sov_migrate
                          moves the socket, then uses the kernel's */
 #endif
+#ifndef FIX_LATE
+#define FIX_LATE 1 /* 1: an end leaving after it answered the peer's REQUEST
+                      (LATE) sends no REQUEST: it falls back once the
+                      peer's END came and what was owed went out, and
+                      fails only with VI bytes unread */
+#endif
 #ifndef FIX_CLOSE
 #define FIX_CLOSE 1 /* 1: the close thread is done once the peer's END came
                        (what was owed goes with the kernel socket) */
@@ -799,14 +805,32 @@ proctype End(bit i)
         printf("MSC: end %d leaves for the kernel connection: sov_migrate\n", i);
         leaving[i] = true;
         if
-        :: !reset[i] && !peer_gone[i] && (!cbuf[i] || credits[i] > 0 || FIX_FLUSH) -> request(i)
+        :: !reset[i] && !peer_gone[i] && (!cbuf[i] || credits[i] > 0 || FIX_FLUSH) &&
+           (!FIX_LATE || pmig[i] == PNONE) -> request(i)
         :: else
+        fi
+    }
+    /* FIX_LATE: it answered the peer's REQUEST already; once the peer's
+     * END came and what it owed went out, the stream is the kernel's,
+     * unless its program has not read the VI's part, which cannot follow. */
+    :: atomic {
+        FIX_LATE && leaving[i] && mig[i] == MNONE && pmig[i] != PNONE && !reset[i] &&
+        SEND_READY(i) ->
+        if
+        :: rq[i] > 0 -> violated(migration_failed)
+        :: else ->
+            printf("MSC: end %d falls back after the peer's END (it had answered)\n", i);
+            mig[i] = MDONE;
+            leaving[i] = false;
+            fell[i] = true;
+            broken = true
         fi
     }
     /* ... or, when the flush had to wait for a credit (handling packets
      * meanwhile, the peer's REQUEST too), once it has one. */
     :: atomic {
-        leaving[i] && mig[i] == MNONE && !reset[i] && !peer_gone[i] && (!cbuf[i] || credits[i] > 0) ->
+        leaving[i] && mig[i] == MNONE && !reset[i] && !peer_gone[i] && (!cbuf[i] || credits[i] > 0) &&
+        (!FIX_LATE || pmig[i] == PNONE) ->
         request(i)
     }
     /* ... with the peer gone (its FIN, then its VI) there is nobody to ask:

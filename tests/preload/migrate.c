@@ -54,6 +54,13 @@
  *    wait for the move and then go to the kernel socket (the client reads
  *    everything, then the end). Before, its FIN went on the VI after the
  *    REQUEST, and the client reset the connection. Findings 3.12.
+ *  - late_leave: the client leaves; the server, which had read all of it
+ *    and whose service thread answered the client's REQUEST, leaves after
+ *    it with no call on the socket between. Before, the server sent a
+ *    REQUEST of its own after its ACK, to a VI the client had dropped,
+ *    waited 1 s and reset both. Now it falls back once the client's END
+ *    came. Findings 3.10 (with bytes unread it still resets: they cannot
+ *    follow the client).
  *  - shut_then_move: the client writes and shuts down (SHUT_WR) before the
  *    server, which read none of it, leaves; the server then reads all of
  *    it and the end of stream from the kernel socket. Before, the
@@ -384,6 +391,35 @@ static void thread_shut_server(struct p_role *r)
     SYS(close(fd));
 }
 
+/* The client leaves first; the server, which read everything and
+ * answered the client's REQUEST meanwhile (its service thread), leaves
+ * after it, with no call on the socket between. */
+static void first_leaving_client(struct p_role *r)
+{
+    int fd = p_connect(r->port);
+    send_stream(fd, 0, C_BEFORE, SEED_C);
+    CHECK_EQ(p_get_int(r), 1); /* the server read it */
+    sandbox();
+    p_put_int(r, 2);
+    recv_stream(fd, 0, S_AFTER, SEED_S);
+    send_stream(fd, C_BEFORE, C_AFTER, SEED_C);
+    SYS(close(fd));
+}
+
+static void late_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    recv_stream(fd, 0, C_BEFORE, SEED_C);
+    p_put_int(r, 1);
+    CHECK_EQ(p_get_int(r), 2); /* the client moved */
+    sandbox();
+    send_stream(fd, 0, S_AFTER, SEED_S);
+    recv_stream(fd, C_BEFORE, C_AFTER, SEED_C);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+}
+
 static void shut_client(struct p_role *r)
 {
     int fd = p_connect(r->port);
@@ -580,6 +616,7 @@ int main(int argc, char **argv)
     p_case("big_window_leaves", big_window_server, small_window_client, P_CARRIED | P_MIGRATED);
     p_case("peer_closed", closed_peer_server, closed_client, P_CARRIED);
     p_case("thread_shuts_while_moving", thread_shut_server, slow_client, P_CARRIED | P_MIGRATED);
+    p_case("late_leave", late_server, first_leaving_client, P_CARRIED | P_MIGRATED);
     p_case("shut_then_move", shut_server, shut_client, P_CARRIED | P_MIGRATED);
     p_case("close_after_move", close_server, close_client, P_CARRIED | P_MIGRATED);
     p_case("started_filtered", exchange_server, filtered_client, P_SERVER_KERNEL | P_CLIENT_KERNEL);
