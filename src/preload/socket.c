@@ -584,9 +584,18 @@ PRELOAD_EXPORT int shutdown(int fd, int how)
     preload_ready();
     if (carried(fd))
         settle_early(fd);
-    if (carried(fd) && tp_prepare(fd, MSG_DONTWAIT) != 0 && sov_shutdown(fd, how) != 0 &&
-        errno != EBADF)
-        return -1;
+    int r = carried(fd) ? tp_prepare(fd, MSG_DONTWAIT) : 0;
+    if (r != 0) {
+        if (sov_shutdown(fd, how) == 0) {
+            /* Paired: the kernel socket's FIN waits until the stream is
+             * the kernel's (sov_mig_kernel_fin): a peer that leaves may
+             * give back bytes that must reach it first. */
+            if (r > 0)
+                return how == SHUT_WR ? 0 : real.shutdown(fd, SHUT_RD);
+        } else if (errno != EBADF) {
+            return -1;
+        }
+    }
     return real.shutdown(fd, how);
 }
 

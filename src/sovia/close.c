@@ -18,10 +18,14 @@
 
 #define CLOSE_TIMEOUT_NS (60ull * 1000000000u) /* as TCP's FIN_WAIT_2 */
 
+/* Done once both FINs are through, or the peer left the VI for the kernel
+ * connection (its END came: no FIN or FINACK of its comes any more, and
+ * what we owed the kernel socket went, or went with it at close()). */
 static bool close_done(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
-    return c->reset || c->peer_gone || (c->wr_shut && c->fin_acked && c->peer_fin);
+    return c->reset || c->peer_gone || (c->wr_shut && c->fin_acked && c->peer_fin) ||
+           c->peer_mig == PMIG_ENDED;
 }
 
 /* Takes a closed socket's connection away from the handler thread (HANDLER

@@ -32,12 +32,11 @@ int sov_config_check(const struct sov_config *c)
     return 0;
 }
 
-/* Receive buffers per connection: w DATA, ceil(w/t) ACK packets, the peer's
- * FIN, and a FINACK that can be outstanding with it after a half-close
- * (docs/PROTOCOL.md explains the one more than the paper's w + w/t + 1). */
+/* Receive buffers per connection: w DATA, ceil(w/t) ACK packets, and
+ * SOV_CTRL_BUFFERS (docs/PROTOCOL.md explains them). */
 unsigned sov_recv_buffers(const struct sov_config *c)
 {
-    return c->window + (c->window + c->ack_threshold - 1) / c->ack_threshold + 3;
+    return c->window + (c->window + c->ack_threshold - 1) / c->ack_threshold + SOV_CTRL_BUFFERS;
 }
 
 struct label {

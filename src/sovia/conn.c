@@ -268,8 +268,10 @@ void sov_conn_destroy(struct sov_conn *c)
  */
 int sov_conn_lost(struct sov_conn *c)
 {
-    if (c->peer_mig == PMIG_ENDED)
-        return 0; /* the peer left the VI for the kernel connection: no loss */
+    /* The VI is done with once the peer's END came, or ours went with no
+     * END of the peer's due (migrate.c): its end is no loss. */
+    if (c->peer_mig == PMIG_ENDED || (c->mig >= MIG_ENDED && c->peer_mig == PMIG_NONE))
+        return 0;
     VIPX_VI_STATS st;
     if (!c->reset && (c->peer_fin || (VipxQueryViStats(c->vi, &st) == VIP_SUCCESS &&
                                       st.PeerClosed))) {
@@ -281,6 +283,16 @@ int sov_conn_lost(struct sov_conn *c)
     return c->reset ? -ECONNRESET : -EPIPE;
 }
 
+/* A send that found the VI gone. While the peer's END is due, the peer
+ * dropped the VI after it (the END and what came before it wait in our
+ * queue, handled next): what we sent (an ACK for bytes it gave back) is
+ * no longer needed, and no loss. A receive flushed before that END still
+ * is one. */
+static int send_lost(struct sov_conn *c)
+{
+    return c->peer_mig == PMIG_ASKED ? 0 : sov_conn_lost(c);
+}
+
 /* The packet's immediate data: its type and the acknowledgements owed
  * (piggybacking), or a WAKEUP's window; `extra` bits are a REDIRECT's
  * ticket, or DATA's PKT_URG. */
@@ -288,7 +300,7 @@ static uint32_t packet_imm(const struct sov_conn *c, enum sov_pkt type, uint32_t
 {
     if (type == PKT_WAKEUP)
         return (uint32_t)PKT_WAKEUP | c->cfg.window << WAKEUP_WINDOW_SHIFT |
-               (c->nrecv - c->cfg.window - 3) << WAKEUP_SLOTS_SHIFT;
+               (c->nrecv - c->cfg.window - SOV_CTRL_BUFFERS) << WAKEUP_SLOTS_SHIFT;
     if (type == PKT_REDIRECT)
         return (uint32_t)PKT_REDIRECT | extra;
     return pkt_imm(type, c->to_ack) | extra;
@@ -321,14 +333,14 @@ static int post(struct sov_conn *c, enum sov_pkt type, uint32_t extra, const voi
         d->DS[0].Local.Length = len;
     }
     if (VipPostSend(c->vi, d, c->desc_mh) != VIP_SUCCESS)
-        return sov_conn_lost(c);
+        return send_lost(c);
     /* The caller's memory (registered sends) is free only once the send
      * completed: the shm provider completes it inside VipPostSend, a
      * provider with a real NIC later. */
     while (!(__atomic_load_n(&d->CS.Status, __ATOMIC_ACQUIRE) & VIP_STATUS_DONE))
         __builtin_ia32_pause();
     if (d->CS.Status & VIP_STATUS_ERROR_MASK)
-        return sov_conn_lost(c);
+        return send_lost(c);
     if (acking)
         c->to_ack = 0;
     if (acks && type == PKT_DATA)

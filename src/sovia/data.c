@@ -159,12 +159,14 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
         sov_conn_lost(c); /* flushed: the VI broke or the other side is gone */
         return;
     }
-    if (c->peer_mig == PMIG_ENDED) { /* it left the VI: nothing more may come */
+    uint32_t imm = d->CS.ImmediateData;
+    uint32_t type = imm & PKT_TYPE_MASK, acks = (imm >> PKT_ACKS_SHIFT) & PKT_ACKS_MAX;
+    /* The peer left the VI: nothing more may come, but for an ACK of what
+     * we gave back when we leave too (its END can overtake it). */
+    if (c->peer_mig == PMIG_ENDED && (type != PKT_ACK || c->mig == MIG_NONE)) {
         sov_conn_abort(c);
         return;
     }
-    uint32_t imm = d->CS.ImmediateData;
-    uint32_t type = imm & PKT_TYPE_MASK, acks = (imm >> PKT_ACKS_SHIFT) & PKT_ACKS_MAX;
     if (type == PKT_WAKEUP) {
         if (sov_conn_wakeup(c, d) != 0) {
             sov_conn_abort(c);
@@ -579,6 +581,8 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
         return err;
     if (s->conn->peer_mig) /* the peer went back to the kernel connection */
         return sov_mig_send(s, iov, iovcnt, flags);
+    if (sov_mig_ours_moving(s->conn)) /* another thread of ours moves it there */
+        return sov_mig_wait_ours(s, s->nonblock || (flags & MSG_DONTWAIT));
     if (flags & MSG_OOB)
         return send_urgent(s, iov, iovcnt, flags & ~MSG_OOB);
     bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
@@ -805,7 +809,13 @@ ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
                 return (ssize_t)got;
             continue;
         }
-        if (s->rd_shut || c->peer_fin)
+        if (s->rd_shut)
+            return (ssize_t)got;
+        /* Another thread of ours moves it to the kernel socket: the VI's
+         * part is read (what is left goes back), the rest is there. */
+        if (sov_mig_ours_moving(c) && !c->reset)
+            return got ? (ssize_t)got : sov_mig_wait_ours(s, nonblock);
+        if (c->peer_fin)
             return (ssize_t)got;
         if (c->peer_mig && !c->reset) /* the rest of its stream: the kernel's */
             return sov_mig_recv(s, iov, iovcnt, flags, got);
@@ -834,6 +844,8 @@ int sov_send_fin(struct sov_sock *s)
         return 0;
     if (c->peer_mig)
         return sov_mig_shutdown_wr(s);
+    if (sov_mig_ours_moving(c))
+        return sov_mig_wait_ours(s, false);
     int rc = sov_flush(s, true);
     if (rc)
         return rc;

@@ -55,10 +55,11 @@ static int post_mig(struct sov_conn *c, uint32_t sub)
 /* ---- B: the peer leaves ------------------------------------------------------------ */
 
 /* Room for `more` bytes in the return buffer (bounded by what the peer
- * could have held: its window of DATA plus our combined bytes). */
+ * could have held: its window of our DATA, which is peer_window, not our
+ * own window, plus our combined bytes). */
 static bool ret_room(struct sov_conn *c, size_t more)
 {
-    size_t cap_max = (size_t)(c->cfg.window + 1) * c->cfg.mtu;
+    size_t cap_max = (size_t)(c->peer_window + 1) * c->cfg.mtu;
     if (c->ret_len + more > cap_max)
         return false;
     if (c->ret_len + more <= c->ret_cap)
@@ -76,12 +77,32 @@ static bool ret_room(struct sov_conn *c, size_t more)
     return true;
 }
 
+/* What our program combined goes behind what ret holds (and what a
+ * leaving peer still gives back: ret_tail). False if it does not fit. */
+static bool owe_combined(struct sov_conn *c)
+{
+    if (!c->clen)
+        return true;
+    if (!ret_room(c, c->clen))
+        return false;
+    memcpy(c->ret + c->ret_len, c->cbuf, c->clen);
+    c->ret_len += c->clen;
+    c->ret_tail += c->clen;
+    c->clen = 0;
+    return true;
+}
+
 /* Writes what is owed to the kernel connection, as far as it takes it now:
- * the system call itself (send() is the preload's). False on an error the
- * kernel connection reported (it is the stream's end now). */
+ * the system call itself (send() is the preload's). Only once nothing more
+ * can come to go ahead of it: the peer's END came (before it, more of the
+ * bytes it gives back may come, inserted before ret_tail), or ours went
+ * with no REQUEST of the peer's. False on an error the kernel connection
+ * reported (it is the stream's end now). */
 bool sov_mig_push(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
+    if (c->peer_mig != PMIG_ENDED && (c->peer_mig != PMIG_NONE || c->mig < MIG_ENDED))
+        return true;
     while (c->ret_off < c->ret_len) {
         long r = syscall(SYS_sendto, s->fd, c->ret + c->ret_off, c->ret_len - c->ret_off,
                          MSG_NOSIGNAL | MSG_DONTWAIT, NULL, 0);
@@ -94,12 +115,21 @@ bool sov_mig_push(struct sov_sock *s)
         c->ret_off = c->ret_len; /* the kernel connection ended: nothing to deliver */
         return false;
     }
-    if (c->ret_len) {
-        c->ret_len = c->ret_off = 0;
-        if (c->peer_mig == PMIG_ENDED && c->wr_shut)
-            syscall(SYS_shutdown, s->fd, SHUT_WR); /* our FIN, after the bytes before it */
-    }
+    c->ret_len = c->ret_off = c->ret_tail = 0;
+    sov_mig_kernel_fin(s); /* our FIN, after the bytes before it */
     return true;
+}
+
+/* Our program shut down while the stream was carried: the kernel socket
+ * gets its FIN once the send side is the kernel's (the preload's
+ * shutdown() leaves it alone until then). */
+void sov_mig_kernel_fin(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    if (c && c->wr_shut && !c->kfin) {
+        c->kfin = true;
+        syscall(SYS_shutdown, s->fd, SHUT_WR);
+    }
 }
 
 /* A peer that asked and never ended (it died, or lies): reset, not a
@@ -134,15 +164,9 @@ static void peer_asks(struct sov_sock *s, struct sov_conn *c)
     c->mig_deadline_ns = sov_now_ns() + MIGRATE_WAIT_NS;
     /* Combined bytes come after everything sent on the VI: the returned
      * ones go first, so they wait in the same buffer, behind them. */
-    if (c->clen) {
-        if (!ret_room(c, c->clen)) {
-            sov_conn_abort(c);
-            return;
-        }
-        c->ret_tail = c->clen;
-        memcpy(c->ret, c->cbuf, c->clen);
-        c->ret_len = c->clen;
-        c->clen = 0;
+    if (!owe_combined(c)) {
+        sov_conn_abort(c);
+        return;
     }
     if (post_mig(c, MIG_ACK) != 0)
         sov_conn_abort(c);
@@ -192,6 +216,8 @@ void sov_mig_packet(struct sov_sock *s, struct sov_conn *c, uint32_t imm, uint32
         }
         c->peer_mig = PMIG_ENDED;
         c->ret_tail = 0;
+        if (c->mig == MIG_NONE) /* (ours counts itself in sov_migrate) */
+            atomic_fetch_add(&sov_g.tp_migrated, 1); /* even if it is closed before it settles */
         if (!sov_mig_push(s))
             c->ret_len = c->ret_off = 0;
         return;
@@ -212,6 +238,7 @@ static bool wait_for(struct sov_sock *s, bool (*done)(const struct sov_conn *), 
         struct sov_conn *c = s->conn;
         if (!c || c->reset)
             return false;
+        sov_mig_push(s); /* what we owe, once nothing more comes before it */
         if (done(c))
             return true;
         if (c->peer_gone || sov_now_ns() > end)
@@ -227,11 +254,12 @@ static bool acked(const struct sov_conn *c)
 }
 
 /* A crossing REQUEST of the peer's (both ends leaving at once) is served
- * here too: what it gives back must reach the kernel connection before we
- * go, since our process may not be there to write it later. */
+ * here too: what it gives back, and what we had combined, must reach the
+ * kernel connection before we go, since our process may not be there to
+ * write it later. */
 static bool peer_done(const struct sov_conn *c)
 {
-    return c->peer_mig == PMIG_NONE || sov_mig_send_ready(c);
+    return (c->peer_mig == PMIG_NONE && c->ret_len == 0) || sov_mig_send_ready(c);
 }
 
 /* Gives the peer back its bytes we have not read (what our program would
@@ -249,9 +277,17 @@ static int give_back(struct sov_sock *s, uint64_t end)
         uint64_t spun = 0;
         for (c = s->conn; c->credits == 0 && rc == 0; c = s->conn) {
             sov_progress(s);
-            if (c->reset || sov_now_ns() > end)
+            /* What we owe the peer, acknowledged: when it leaves too, it
+             * waits for a credit as we do, and below ack_every neither
+             * would send one (tests/model/README.md, 3.9). */
+            if (c->credits == 0 && !c->reset) {
+                sov_repost_deferred(c);
+                if (c->to_ack && sov_conn_send_ctrl(c, PKT_ACK) != 0)
+                    rc = -ECONNRESET;
+            }
+            if (rc == 0 && (c->reset || sov_now_ns() > end))
                 rc = -ECONNRESET;
-            else if (c->credits == 0 && sov_wait(s, &spun) == -EBADF)
+            else if (rc == 0 && c->credits == 0 && sov_wait(s, &spun) == -EBADF)
                 rc = -EBADF;
         }
         if (rc == 0)
@@ -271,9 +307,31 @@ int sov_migrate(struct sov_sock *s)
     }
     uint64_t end = sov_now_ns() + MIGRATE_WAIT_NS;
     int rc = c->reset ? -ECONNRESET : 0;
-    if (rc == 0 && c->mig == MIG_NONE && !c->peer_gone) {
-        rc = sov_flush(s, true);
+    /* A peer that is gone (every process there closed) cannot take back
+     * what our program has not read: those bytes go with the VI. */
+    if (rc == 0 && c->peer_gone && sov_readable(s))
+        rc = -ECONNRESET;
+    /* We answered the peer's REQUEST before our program left (3.10): a
+     * REQUEST of ours now would come after our ACK, to a VI the peer drops
+     * after its END. Its END and what it gave back are all that is left:
+     * once they are out, the stream is the kernel's, unless our program
+     * has not read all the peer sent on the VI, which cannot follow it. */
+    if (rc == 0 && c->mig == MIG_NONE && c->peer_mig != PMIG_NONE) {
+        if (!wait_for(s, sov_mig_send_ready, end) || sov_readable(s))
+            rc = -ECONNRESET;
         c = s->conn;
+        if (rc == 0) {
+            sov_tp_fall_back(s); /* counted migrated at its END */
+            return 0;
+        }
+    }
+    if (rc == 0 && c->mig == MIG_NONE && !c->peer_gone) {
+        /* What our program combined would need a credit, which may never
+         * come (a peer leaving too, its window full, waits as we do): it
+         * goes to the kernel socket instead, behind what a crossing peer
+         * gives back (tests/model/README.md, 3.8). */
+        if (!owe_combined(c))
+            rc = -ECONNRESET;
         if (rc == 0)
             rc = post_mig(c, MIG_REQUEST);
         if (rc == 0) {
@@ -289,6 +347,8 @@ int sov_migrate(struct sov_sock *s)
         c = s->conn;
         if (rc == 0)
             rc = post_mig(c, MIG_END);
+        if (rc == 0)
+            c->mig = MIG_ENDED; /* the peer may drop the VI now: no loss */
         if (rc == 0 && !wait_for(s, peer_done, end))
             rc = -ECONNRESET;
     }
@@ -298,12 +358,40 @@ int sov_migrate(struct sov_sock *s)
         atomic_fetch_add(&sov_g.tp_migrated, 1);
     } else if (c) {
         /* The two ends no longer agree on the stream: reset it for both.
-         * The program's next calls see the kernel connection's end. */
+         * A disconnect (connect to AF_UNSPEC) sends the kernel peer an RST
+         * and leaves ECONNRESET for our program's next call: bytes were
+         * lost, which a plain end of stream would hide. */
         sov_conn_abort(c);
-        syscall(SYS_shutdown, s->fd, SHUT_RDWR);
+        struct sockaddr unspec = {.sa_family = AF_UNSPEC};
+        syscall(SYS_connect, s->fd, &unspec, sizeof unspec);
     }
     sov_tp_fall_back(s);
     return rc;
+}
+
+bool sov_mig_ours_moving(const struct sov_conn *c)
+{
+    return c->mig != MIG_NONE && c->mig != MIG_DONE;
+}
+
+/* Another thread's send, shutdown or recv while sov_migrate, which sleeps
+ * with the lock released, moves the connection: nothing may follow our
+ * REQUEST on the VI (the peer would take DATA for its own bytes given
+ * back, and resets at a FIN), and what a reader finds missing on the VI
+ * is given back or comes on the kernel socket, not an end of stream. It
+ * waits until the socket fell back: -EBADF then sends the caller to the
+ * kernel socket (the preload's rule). */
+int sov_mig_wait_ours(struct sov_sock *s, bool nonblock)
+{
+    uint64_t spun = 0;
+    while (!s->dead && s->conn && sov_mig_ours_moving(s->conn)) {
+        if (nonblock)
+            return -EAGAIN;
+        int rc = sov_wait(s, &spun);
+        if (rc)
+            return rc;
+    }
+    return -EBADF;
 }
 
 /* ---- B: the calls of our program while the peer leaves -------------------------------- */
@@ -413,7 +501,7 @@ int sov_mig_shutdown_wr(struct sov_sock *s)
     struct sov_conn *c = s->conn;
     c->wr_shut = true; /* sov_mig_push shuts the kernel side after what it owes */
     if (sov_mig_send_ready(c))
-        syscall(SYS_shutdown, s->fd, SHUT_WR);
+        sov_mig_kernel_fin(s);
     return 0;
 }
 

@@ -59,8 +59,9 @@ static inline uint32_t pkt_imm(enum sov_pkt type, uint32_t acks)
 #define MIG_SUB_MASK 0x3u
 #define MIG_RESERVED_MASK 0xe0u
 enum { MIG_REQUEST = 0, MIG_ACK = 1, MIG_END = 2 };
-/* Our end's migration (sov_conn.mig), and the peer's (peer_mig). */
-enum { MIG_NONE, MIG_ASKED, MIG_RETURNING, MIG_DONE };
+/* Our end's migration (sov_conn.mig: MIG_ENDED once our END went), and
+ * the peer's (peer_mig). */
+enum { MIG_NONE, MIG_ASKED, MIG_RETURNING, MIG_ENDED, MIG_DONE };
 enum { PMIG_NONE, PMIG_ASKED, PMIG_ENDED };
 
 /* REDIRECT: the ticket of the process that accepted the kernel connection */
@@ -217,6 +218,11 @@ struct sov_conn {
      * bytes: the peer's unread ones it gave back, then, the last ret_tail
      * bytes until its END, what we had combined; ret_off of it is out. */
     uint8_t mig, peer_mig;
+    /* The kernel socket is shut for writing: our program shut down while
+     * carried (wr_shut), and the stream's send side became the kernel's
+     * (sov_mig_kernel_fin). Not before: a peer that leaves gives back
+     * bytes we must still write there. */
+    bool kfin;
     uint64_t mig_deadline_ns; /* the peer's END is due (it asked) */
     uint8_t *ret;
     size_t ret_len, ret_off, ret_cap, ret_tail;
@@ -420,6 +426,10 @@ void sov_inherit_import(void);                 /* in the new image, before main(
 /* config.c */
 int sov_config_check(const struct sov_config *c);
 void sov_config_from_env(struct sov_config *c);
+/* Receive buffers beyond the window's DATA and ACK packets: the peer's FIN,
+ * a FINACK outstanding with it after a half-close, and a MIGRATE REQUEST
+ * and ACK of the peer's outstanding together when REQUESTs cross. */
+#define SOV_CTRL_BUFFERS 4
 unsigned sov_recv_buffers(const struct sov_config *c);
 
 /* addr.c */
@@ -494,6 +504,9 @@ ssize_t sov_mig_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, in
                      size_t got);
 short sov_mig_revents(struct sov_sock *s, short r);
 int sov_mig_shutdown_wr(struct sov_sock *s);
+void sov_mig_kernel_fin(struct sov_sock *s); /* the kernel socket's FIN, if owed */
+bool sov_mig_ours_moving(const struct sov_conn *c); /* sov_migrate under way */
+int sov_mig_wait_ours(struct sov_sock *s, bool nonblock); /* another thread leaves */
 void sov_mig_watch(struct sov_sock *s); /* the service thread pushes for it */
 int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);
 /* ticket: 0, or listen at that ticket's address of s->local (sovia run). */

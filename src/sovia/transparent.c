@@ -405,8 +405,6 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
     /* Migrated (migrate.c): by another holder of ours, or the peer, and
      * nothing of the stream is left on the VI. */
     if (c && !s->tp_waiting && (c->mig || c->peer_mig) && sov_mig_over(s)) {
-        if (c->peer_mig && !c->mig)
-            atomic_fetch_add(&sov_g.tp_migrated, 1);
         sov_tp_fall_back(s);
         return SOV_TP_FELL_BACK;
     }
@@ -534,6 +532,7 @@ void sov_tp_fall_back(struct sov_sock *s)
         if (sov_table_clear(fd, s))
             s->nfds--;
     write_kernel(s); /* early bytes, before anything the program writes next */
+    sov_mig_kernel_fin(s); /* after them: the FIN our program sent over sovia */
     struct sov_conn *c = s->conn;
     s->conn = NULL; /* under the lock: see detach_conn */
     if (c)
