@@ -420,7 +420,8 @@ void shm_holder_find(struct shm_cq *cq, struct shm_vi *vi)
 /* One count more or less, never below zero (a peer may write the word). */
 static void arm_word(_Atomic uint32_t *a, int delta)
 {
-    if (delta > 0) {
+    if (delta > 0) { /* the arming first, as in shm_wait_prepare */
+        atomic_fetch_add(&a[SHM_CQ_EPOCH], 1);
         atomic_fetch_add(a, 1);
         return;
     }

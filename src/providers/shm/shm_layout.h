@@ -69,7 +69,7 @@ struct shm_ctl_live {
     /* Its own line: the peer reads it after every send, and must not pull
      * in the line the owner writes on every post. */
     _Atomic uint32_t recv_armed; /* > 0: the owner sleeps on rx.wake_seq */
-    uint32_t reserved1;
+    _Atomic uint32_t recv_epoch; /* armings of recv_armed by the relay (SHM_CQ_EPOCH) */
     struct shm_holder holder[SHM_HOLDERS];
     uint32_t reserved2[2];
 };

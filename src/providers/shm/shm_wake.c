@@ -184,17 +184,20 @@ void shm_wake_peer(struct shm_peer *peer)
 {
     shm_full_barrier();
     if (atomic_load_explicit(peer->wake_armed, memory_order_relaxed)) {
-        if (peer->wake_named) { /* a peer of another user: its CQ by name */
-            ring_named(peer->wake_named);
-        } else if (peer->wake_sock >= 0) {
+        if (peer->wake_named || peer->wake_sock >= 0) {
             /* One byte per arming: the sleeper drains and looks at every
              * completion once it wakes, and arms anew before it sleeps
              * again (each byte more was a system call here and a wasted
-             * wake-up or read there). */
+             * wake-up or read there). A peer of another user: its CQ by
+             * name, the arming counted next to the VI's recv_armed. */
             uint64_t e = atomic_load_explicit(&peer->wake_armed[SHM_CQ_EPOCH],
                                               memory_order_relaxed) | 1ull << 32;
-            if (atomic_exchange_explicit(&peer->rung_epoch, e, memory_order_relaxed) != e)
-                ring(NULL, true, peer->wake_sock);
+            if (atomic_exchange_explicit(&peer->rung_epoch, e, memory_order_relaxed) != e) {
+                if (peer->wake_named)
+                    ring_named(peer->wake_named);
+                else
+                    ring(NULL, true, peer->wake_sock);
+            }
         } else {
             ring(peer->wake_word, true, -1);
         }
