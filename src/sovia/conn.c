@@ -876,23 +876,21 @@ void sov_listen_stop(struct sov_sock *s)
 
 /*
  * In a forked child (fork handler, one thread): the queue stays the
- * parent's (its connection thread serves it), but the child got copies of
- * the tokens, the clients' kernel sockets, and would hold those
- * connections open as long as it lives (a client's close would send no
- * FIN). They go; if the parent's thread held the queue at the fork, the
- * copy may be half written and is left alone.
+ * parent's (its connection thread serves it). The child's copies of the
+ * tokens, the clients' kernel sockets, are closed already, with those the
+ * parent's thread held outside the queue (vipl closes every received
+ * token in a forked child: a copy would hold its connection open, and a
+ * client's close would send no FIN); the numbers are forgotten here, as
+ * they may be reused. If the parent's thread held the queue at the fork,
+ * the copy may be half written and is left alone.
  */
 void sov_listen_forked(struct sov_sock *s)
 {
     struct sov_listener *l = s->lst;
     if (!l || l->owner == getpid() || pthread_mutex_trylock(&s->wait_lock) != 0)
         return;
-    for (unsigned i = 0; i < l->count; i++) {
-        struct pending *p = &l->q[(l->head + i) % l->cap];
-        if (p->token >= 0)
-            VipxFdClose(p->token);
-        p->token = -1;
-    }
+    for (unsigned i = 0; i < l->count; i++)
+        l->q[(l->head + i) % l->cap].token = -1;
     pthread_mutex_unlock(&s->wait_lock);
 }
 

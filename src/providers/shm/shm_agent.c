@@ -15,6 +15,7 @@
  * touched after it was torn down.
  */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -64,7 +65,7 @@ static enum peer_news read_socket(struct shm_agent *a, struct shm_peer *peer, ui
         struct iovec iov = {&m, sizeof(m)};
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
                             .msg_controllen = sizeof(cbuf)};
-        ssize_t n = vipl_fd_recvmsg(peer->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        ssize_t n = vipl_fd_recvmsg(peer->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, UINT_MAX);
         if (n < 0) {
             if (errno != EAGAIN && errno != EINTR)
                 return PEER_CLOSED;
