@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <string.h>
 
@@ -1063,7 +1064,14 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
         }
         uint64_t now = sov_now_ns();
         bool arriving = l->establishing_port == port || now - start < patience_ns;
-        if (c || !arriving || now > end)
+        if (c || !arriving || (now > end && now - start >= patience_ns))
+            break;
+        /* A redirected client that could not follow fell back: its bytes,
+         * if any, come on the kernel connection (the system call itself:
+         * recv() is the preload's). */
+        char b;
+        if (patience_ns &&
+            syscall(SYS_recvfrom, fd, &b, 1, MSG_PEEK | MSG_DONTWAIT, NULL, NULL) > 0)
             break;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
