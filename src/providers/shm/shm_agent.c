@@ -12,7 +12,14 @@
  * connection ends when the socket reaches end-of-file, after the last
  * holder. Events are taken one at a time and checked against the set of VIs
  * still watched, under a lock that unwatch also takes, so a VI is never
- * touched after it was torn down.
+ * touched after it was torn down. An event names the watch by a number of
+ * its own, not the VI: VI structures are reused (pool.c), and an event
+ * taken for a VI just before it was unwatched and destroyed (its peer
+ * disconnected: a hang-up) used to be read, once the agent had the lock,
+ * as news of the next VI made in the same structure. That one failed as
+ * closed by its peer right after it connected: under sovia run a prefork
+ * worker's claim VI, then the VI of the client it paired with, whose
+ * echo then read end of stream or ECONNRESET (tests/preload/prefork.c).
  */
 #include <errno.h>
 #include <limits.h>
@@ -33,14 +40,16 @@ struct shm_agent {
     pthread_mutex_t lock; /* recursive: the error handler may tear the VI down */
     struct shm_vi **watched;
     size_t n, cap;
+    uint64_t last_id; /* of a watch; 0 is the stop request's event */
 };
 
-static bool is_watched(struct shm_agent *a, struct shm_vi *vi)
+/* The VI watched under `id`, if it still is. */
+static struct shm_vi *watched_as(struct shm_agent *a, uint64_t id)
 {
     for (size_t i = 0; i < a->n; i++)
-        if (a->watched[i] == vi)
-            return true;
-    return false;
+        if (a->watched[i]->agent_id == id)
+            return a->watched[i];
+    return NULL;
 }
 
 enum peer_news { PEER_ALIVE, PEER_CLOSED, PEER_BROKEN };
@@ -114,11 +123,11 @@ static void *agent_thread(void *arg)
             continue;
         if (ev.data.u64 == 0)
             return NULL; /* stop request */
-        struct shm_vi *vi = (struct shm_vi *)(uintptr_t)(ev.data.u64 & ~(uint64_t)PIDFD_TAG);
         bool pid = ev.data.u64 & PIDFD_TAG;
         bool nudged = false;
         pthread_mutex_lock(&a->lock);
-        if (is_watched(a, vi) && vi->peer) {
+        struct shm_vi *vi = watched_as(a, ev.data.u64 >> 1);
+        if (vi && vi->peer) {
             /* The socket first: a SHARED notice may stand before the death. */
             enum peer_news news = read_socket(a, vi->peer, pid ? 0 : ev.events, &nudged);
             if (news == PEER_ALIVE && pid && vi->peer->pidfd >= 0)
@@ -216,10 +225,11 @@ int shm_agent_watch(struct shm_agent *a, struct shm_vi *vi)
         a->watched = w;
         a->cap = cap;
     }
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = (uintptr_t)vi};
+    vi->agent_id = ++a->last_id;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = vi->agent_id << 1};
     int rc = epoll_ctl(a->epfd, EPOLL_CTL_ADD, vi->peer->sock, &ev);
     if (rc == 0 && vi->peer->pidfd >= 0) {
-        struct epoll_event pev = {.events = EPOLLIN, .data.u64 = (uintptr_t)vi | PIDFD_TAG};
+        struct epoll_event pev = {.events = EPOLLIN, .data.u64 = vi->agent_id << 1 | PIDFD_TAG};
         rc = epoll_ctl(a->epfd, EPOLL_CTL_ADD, vi->peer->pidfd, &pev);
         if (rc != 0)
             epoll_ctl(a->epfd, EPOLL_CTL_DEL, vi->peer->sock, NULL);
