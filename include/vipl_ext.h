@@ -80,6 +80,8 @@ VIP_RETURN VipxQueryViStats(VIP_VI_HANDLE ViHandle, VIPX_VI_STATS *Stats);
  * keeps a duplicate of Fd until that request returns; -1 sends none.
  * The accepting side takes the token of a pending request (-1: none) with
  * VipxConnToken before VipConnectAccept or VipConnectReject, and owns it.
+ * A child it forks has no copy of a received token (closed in the child,
+ * whether taken or not: a copy would hold the requester's socket open).
  */
 VIP_RETURN VipxViSetConnectToken(VIP_VI_HANDLE ViHandle, int Fd);
 VIP_RETURN VipxConnToken(VIP_CONN_HANDLE ConnHandle, int *Fd);

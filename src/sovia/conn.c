@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <string.h>
 
@@ -888,23 +889,21 @@ void sov_listen_stop(struct sov_sock *s)
 
 /*
  * In a forked child (fork handler, one thread): the queue stays the
- * parent's (its connection thread serves it), but the child got copies of
- * the tokens, the clients' kernel sockets, and would hold those
- * connections open as long as it lives (a client's close would send no
- * FIN). They go; if the parent's thread held the queue at the fork, the
- * copy may be half written and is left alone.
+ * parent's (its connection thread serves it). The child's copies of the
+ * tokens, the clients' kernel sockets, are closed already, with those the
+ * parent's thread held outside the queue (vipl closes every received
+ * token in a forked child: a copy would hold its connection open, and a
+ * client's close would send no FIN); the numbers are forgotten here, as
+ * they may be reused. If the parent's thread held the queue at the fork,
+ * the copy may be half written and is left alone.
  */
 void sov_listen_forked(struct sov_sock *s)
 {
     struct sov_listener *l = s->lst;
     if (!l || l->owner == getpid() || pthread_mutex_trylock(&s->wait_lock) != 0)
         return;
-    for (unsigned i = 0; i < l->count; i++) {
-        struct pending *p = &l->q[(l->head + i) % l->cap];
-        if (p->token >= 0)
-            VipxFdClose(p->token);
-        p->token = -1;
-    }
+    for (unsigned i = 0; i < l->count; i++)
+        l->q[(l->head + i) % l->cap].token = -1;
     pthread_mutex_unlock(&s->wait_lock);
 }
 
@@ -1077,7 +1076,14 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
         }
         uint64_t now = sov_now_ns();
         bool arriving = l->establishing_port == port || now - start < patience_ns;
-        if (c || !arriving || now > end)
+        if (c || !arriving || (now > end && now - start >= patience_ns))
+            break;
+        /* A redirected client that could not follow fell back: its bytes,
+         * if any, come on the kernel connection (the system call itself:
+         * recv() is the preload's). */
+        char b;
+        if (patience_ns &&
+            syscall(SYS_recvfrom, fd, &b, 1, MSG_PEEK | MSG_DONTWAIT, NULL, NULL) > 0)
             break;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);

@@ -170,13 +170,24 @@ void sov_tp_listen_forked(struct sov_sock *l)
 }
 
 /* A redirected client reacts in microseconds when it is in a sovia call,
- * within a millisecond through its service thread (close.c). */
+ * within a millisecond through its service thread (close.c), once it runs.
+ * On a crowded host (more runnable threads than CPUs: sov_spin_pays) it,
+ * the listening process's thread that redirects it and our ticketed
+ * listener's each wait for a CPU first: with 3 busy loops on 2 cores a
+ * client took up to 0.35 s to follow, and 50 ms sent 1 run in 10 of
+ * tests/preload/prefork.c back to kernel TCP. There the wait is the
+ * client's own pairing timeout. A client that fell back instead (it could
+ * not follow) ends the wait as soon as its bytes come on the kernel
+ * connection (sov_accept_match). */
 #define REDIRECT_PATIENCE_NS 50000000u
 
 int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool nonblock,
                   bool redirected)
 {
-    struct sov_conn *c = sov_accept_match(l, fd, peer, redirected ? REDIRECT_PATIENCE_NS : 0);
+    uint64_t patience = 0;
+    if (redirected)
+        patience = sov_spin_pays() ? REDIRECT_PATIENCE_NS : pair_timeout_ns();
+    struct sov_conn *c = sov_accept_match(l, fd, peer, patience);
     if (!c)
         return -ENOENT;
     /* The accepted socket's family (a listener may serve IPv4 and IPv6

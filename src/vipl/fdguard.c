@@ -21,6 +21,14 @@
  * consistent atomics), and both waits are bounded, so neither can stall the
  * other for long (a close() that lingers, a signal handler that closes in
  * the middle of its own thread's bracket).
+ *
+ * Some received descriptors are another process's sockets (a connect
+ * token: a client's kernel socket, sent with its VI request). A forked
+ * child closes its copies at once, wherever the parent held them (a
+ * listener's queue, a request being accepted, a claim being served):
+ * a copy in a child that never uses it would hold that connection open,
+ * and the client's close() would send no FIN (tests/preload/prefork.c,
+ * worker_gave_up). Linux has no close-on-fork flag: these are marked here.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -48,27 +56,34 @@
 #define WAIT_BOUND_NS 2000000u
 
 static _Atomic(_Atomic uint64_t *) chunks[CHUNKS];
+static _Atomic(_Atomic uint64_t *) fork_chunks[CHUNKS]; /* closed in a forked child */
 static pthread_mutex_t chunk_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int own_count; /* registered descriptors */
 static atomic_int creating;    /* brackets in flight */
 static atomic_int app_closing; /* application closes in flight */
+static atomic_int receiving;   /* receives of descriptors to mark for fork */
 static _Thread_local int bracket_depth;
 
-static _Atomic uint64_t *chunk_of(int fd, bool make)
+static _Atomic uint64_t *chunk_in(_Atomic(_Atomic uint64_t *) *table, int fd, bool make)
 {
     if (fd < 0 || (unsigned)fd >= CHUNK_BITS * CHUNKS)
         return NULL;
-    _Atomic uint64_t *c = atomic_load(&chunks[(unsigned)fd / CHUNK_BITS]);
+    _Atomic uint64_t *c = atomic_load(&table[(unsigned)fd / CHUNK_BITS]);
     if (c || !make)
         return c;
     pthread_mutex_lock(&chunk_lock);
-    c = atomic_load(&chunks[(unsigned)fd / CHUNK_BITS]);
+    c = atomic_load(&table[(unsigned)fd / CHUNK_BITS]);
     if (!c) {
         c = calloc(CHUNK_BITS / 64, sizeof(*c));
-        atomic_store(&chunks[(unsigned)fd / CHUNK_BITS], c);
+        atomic_store(&table[(unsigned)fd / CHUNK_BITS], c);
     }
     pthread_mutex_unlock(&chunk_lock);
     return c;
+}
+
+static _Atomic uint64_t *chunk_of(int fd, bool make)
+{
+    return chunk_in(chunks, fd, make);
 }
 
 static void mark(int fd, bool own)
@@ -81,9 +96,22 @@ static void mark(int fd, bool own)
     if (own) {
         if (!(atomic_fetch_or(&c[bit / 64], m) & m))
             atomic_fetch_add(&own_count, 1);
-    } else if (atomic_fetch_and(&c[bit / 64], ~m) & m) {
-        atomic_fetch_sub(&own_count, 1);
+        return;
     }
+    if (atomic_fetch_and(&c[bit / 64], ~m) & m)
+        atomic_fetch_sub(&own_count, 1);
+    _Atomic uint64_t *f = chunk_in(fork_chunks, fd, false);
+    if (f)
+        atomic_fetch_and(&f[bit / 64], ~m);
+}
+
+/* An own descriptor a forked child closes (see the top). */
+static void mark_fork_close(int fd)
+{
+    _Atomic uint64_t *f = chunk_in(fork_chunks, fd, true);
+    unsigned bit = (unsigned)fd % CHUNK_BITS;
+    if (f)
+        atomic_fetch_or(&f[bit / 64], (uint64_t)1 << (bit % 64));
 }
 
 VIPL_EXPORT VIP_BOOLEAN VipxFdIsOwn(int Fd)
@@ -326,17 +354,32 @@ VIPL_EXPORT void VipxFdAppCloseEnd(void)
     atomic_fetch_sub(&app_closing, 1);
 }
 
-/* A forked child has one thread: brackets of the others never end there. */
+/* A receive of descriptors to mark (vipl_fd_recvmsg) finishes before the
+ * fork, so the child knows which of its copies to close. */
+static void before_fork(void)
+{
+    wait_for_none(&receiving);
+}
+
+/* A forked child has one thread: brackets of the others never end there.
+ * The descriptors marked to close on fork go now. */
 static void forked_child(void)
 {
     pthread_mutex_init(&pin_lock, NULL);
     atomic_store(&creating, bracket_depth > 0);
     atomic_store(&app_closing, 0);
+    atomic_store(&receiving, 0);
+    for (unsigned k = 0; k < CHUNKS; k++) {
+        _Atomic uint64_t *f = atomic_load(&fork_chunks[k]);
+        for (unsigned w = 0; f && w < CHUNK_BITS / 64; w++)
+            for (uint64_t bits = atomic_load(&f[w]); bits; bits &= bits - 1)
+                VipxFdClose((int)(k * CHUNK_BITS + w * 64 + (unsigned)__builtin_ctzll(bits)));
+    }
 }
 
 __attribute__((constructor)) static void fdguard_init(void)
 {
-    pthread_atfork(NULL, NULL, forked_child);
+    pthread_atfork(before_fork, NULL, forked_child);
 }
 
 /* ---- The library's creators ---------------------------------------------- */
@@ -414,10 +457,14 @@ int vipl_fd_dup(int fd)
     return adopted((int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 0));
 }
 
-ssize_t vipl_fd_recvmsg(int sock, struct msghdr *mh, int flags)
+ssize_t vipl_fd_recvmsg(int sock, struct msghdr *mh, int flags, unsigned fork_close_from)
 {
+    bool marking = fork_close_from != UINT_MAX;
+    if (marking)
+        atomic_fetch_add(&receiving, 1);
     VipxFdCreateBegin();
     ssize_t n = recvmsg(sock, mh, flags);
+    unsigned k = 0;
     for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(mh) : NULL; c; c = CMSG_NXTHDR(mh, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
             continue;
@@ -426,9 +473,13 @@ ssize_t vipl_fd_recvmsg(int sock, struct msghdr *mh, int flags)
             int fd;
             memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(fd));
             fd = VipxFdAdopt(fd);
+            if (k++ >= fork_close_from && fd >= 0)
+                mark_fork_close(fd);
             memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(fd));
         }
     }
     VipxFdCreateEnd();
+    if (marking)
+        atomic_fetch_sub(&receiving, 1);
     return n;
 }

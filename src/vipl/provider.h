@@ -318,6 +318,9 @@ int vipl_fd_dup(int fd); /* F_DUPFD_CLOEXEC */
  * many connections share, closed by its last user). 0 or -ENOMEM. */
 int vipl_fd_pin(int fd, bool pin);
 struct msghdr;
-ssize_t vipl_fd_recvmsg(int sock, struct msghdr *mh, int flags); /* adopts SCM_RIGHTS */
+/* Adopts the SCM_RIGHTS descriptors; those from index fork_close_from on
+ * (UINT_MAX: none) are closed in a forked child (another process's
+ * sockets: fdguard.c). */
+ssize_t vipl_fd_recvmsg(int sock, struct msghdr *mh, int flags, unsigned fork_close_from);
 
 #endif /* VIPL_PROVIDER_H */

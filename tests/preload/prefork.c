@@ -15,7 +15,9 @@
  *  - worker_gave_up: the client is stopped while it is redirected, so the
  *    worker's accept() gives up on it (kernel TCP); resumed, the client is
  *    refused at the worker's ticket address and falls back at once (it
- *    waited out its 1 s pairing timeout there);
+ *    waited out its 1 s pairing timeout there). On a crowded host the
+ *    worker waits longer than the stop (up to the pairing timeout) and
+ *    pairs the resumed client instead: either way the echo comes;
  *  - workers_plain_client: a client without sovia (nothing queued, nothing
  *    to redirect): kernel TCP, as fast;
  *  - daemon_takes_over: the listening process forks and exits, the child
@@ -160,7 +162,8 @@ static pid_t held_worker(struct p_role *r, int *go)
 
 /* The listening process stops the client after its connect, lets the
  * worker accept (the worker waits 50 ms for the redirected client, then
- * serves the kernel connection) and resumes the client STOP_MS later. */
+ * serves the kernel connection; crowded, see worker_gave_up above) and
+ * resumes the client STOP_MS later. */
 static void stopped_server(struct p_role *r)
 {
     int go;

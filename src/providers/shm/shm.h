@@ -189,6 +189,7 @@ struct shm_vi {
     struct shm_peer *peer; /* NULL unless connected (changes under sq_lock) */
     VIPX_VI_STATS stats;
     bool agent_watched;
+    uint64_t agent_id; /* this watch's, in the agent's epoll events (shm_agent.c) */
     bool shared; /* SHM_MSG_SHARED sent (sq_lock) */
     /* Connected to another user through a CQ (SHM_WAKE_NAMED): the peer
      * reads our own ctl's recv_armed, which follows the CQ's armed count

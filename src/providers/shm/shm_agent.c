@@ -14,9 +14,17 @@
  * connection ends when the socket reaches end-of-file, after the last
  * holder. Events are taken one at a time and checked against the set of VIs
  * still watched, under a lock that unwatch also takes, so a VI is never
- * touched after it was torn down.
+ * touched after it was torn down. An event names the watch by a number of
+ * its own, not the VI: VI structures are reused (pool.c), and an event
+ * taken for a VI just before it was unwatched and destroyed (its peer
+ * disconnected: a hang-up) used to be read, once the agent had the lock,
+ * as news of the next VI made in the same structure. That one failed as
+ * closed by its peer right after it connected: under sovia run a prefork
+ * worker's claim VI, then the VI of the client it paired with, whose
+ * echo then read end of stream or ECONNRESET (tests/preload/prefork.c).
  */
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -43,6 +51,7 @@ struct shm_agent {
     pthread_mutex_t lock; /* recursive: the error handler may tear the VI down */
     struct shm_vi **watched;
     size_t n, cap;
+    uint64_t last_id; /* of a watch; 0 is the stop request's event */
     struct shm_pidwatch **pids;
     size_t npids, cappids;
 };
@@ -115,12 +124,13 @@ static void pidwatch_put(struct shm_agent *a, struct shm_pidwatch *w)
     free(w);
 }
 
-static bool is_watched(struct shm_agent *a, struct shm_vi *vi)
+/* The VI watched under `id`, if it still is. */
+static struct shm_vi *watched_as(struct shm_agent *a, uint64_t id)
 {
     for (size_t i = 0; i < a->n; i++)
-        if (a->watched[i] == vi)
-            return true;
-    return false;
+        if (a->watched[i]->agent_id == id)
+            return a->watched[i];
+    return NULL;
 }
 
 enum peer_news { PEER_ALIVE, PEER_CLOSED, PEER_BROKEN };
@@ -148,7 +158,7 @@ static enum peer_news read_socket(struct shm_agent *a, struct shm_peer *peer, ui
         struct iovec iov = {&m, sizeof(m)};
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
                             .msg_controllen = sizeof(cbuf)};
-        ssize_t n = vipl_fd_recvmsg(peer->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        ssize_t n = vipl_fd_recvmsg(peer->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, UINT_MAX);
         if (n < 0) {
             if (errno != EAGAIN && errno != EINTR)
                 return PEER_CLOSED;
@@ -259,9 +269,10 @@ static void *agent_thread(void *arg)
             struct shm_pidwatch *w = pidwatch_find(a, ptr);
             if (w && pidfd_exited(w->fd))
                 pid_exited(a, w);
-        } else if (is_watched(a, ptr) && ((struct shm_vi *)ptr)->peer) {
-            vi = ptr;
+        } else if ((vi = watched_as(a, ev.data.u64 >> 1)) != NULL && vi->peer) {
             check_peer(a, vi, ev.events, false, &nudged);
+        } else {
+            vi = NULL;
         }
         pthread_mutex_unlock(&a->lock);
         /* Unlocked: the consumer's handler may take its own locks, and
@@ -369,7 +380,8 @@ int shm_agent_watch(struct shm_agent *a, struct shm_vi *vi)
         a->cap = cap;
     }
     struct shm_peer *peer = vi->peer;
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = (uintptr_t)vi};
+    vi->agent_id = ++a->last_id;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = vi->agent_id << 1};
     int rc = epoll_ctl(a->epfd, EPOLL_CTL_ADD, peer->sock, &ev);
     if (rc == 0 && peer->pidfd >= 0) {
         peer->pidw = pidwatch_get(a, peer->pid, &peer->pidfd);

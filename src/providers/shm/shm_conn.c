@@ -138,7 +138,9 @@ static int recv_msg(int sock, struct shm_msg *m, int fds[5], const struct timesp
     struct iovec iov = {m, sizeof(*m)};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
                         .msg_controllen = sizeof(u.buf)};
-    ssize_t n = vipl_fd_recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    /* A token (the fifth) is the requester's kernel socket: a child we
+     * fork must not hold that connection open. */
+    ssize_t n = vipl_fd_recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT, 4);
     if (n == 0 || (n < 0 && errno == ECONNRESET))
         return -ECONNRESET; /* the other side closed: refused or gone */
     int got[8], nfds = 0;
