@@ -40,19 +40,25 @@ static __thread _Atomic unsigned handled __attribute__((tls_model("initial-exec"
 /* Of those, the handlers installed without SA_RESTART. */
 static __thread _Atomic unsigned interrupting __attribute__((tls_model("initial-exec")));
 
-/* The eventfd the thread polls in a sleep (sov_poll_hooks.dozing), + 1. */
+/* The eventfd the thread polls in a sleep (sov_poll_hooks.dozing), + 1,
+ * and whether a handler wrote it. */
 static __thread int dozing_on __attribute__((tls_model("initial-exec")));
+static __thread bool doze_rung __attribute__((tls_model("initial-exec")));
 
 const _Atomic unsigned *preload_signal_count(void)
 {
     return &handled;
 }
 
-void preload_dozing(int fd)
+bool preload_dozing(int fd)
 {
     atomic_signal_fence(memory_order_seq_cst);
     dozing_on = fd + 1;
     atomic_signal_fence(memory_order_seq_cst);
+    bool rung = doze_rung;
+    doze_rung = false;
+    atomic_signal_fence(memory_order_seq_cst);
+    return rung;
 }
 
 const _Atomic unsigned *preload_interrupt_count(void)
@@ -233,10 +239,13 @@ static void trampoline(int sig, siginfo_t *info, void *uc)
     if (!(a.flags & SA_RESTART))
         atomic_fetch_add_explicit(&interrupting, 1, memory_order_relaxed);
     atomic_signal_fence(memory_order_seq_cst);
-    if (dozing_on > 0) { /* the sleep it may have missed ends at once */
+    int bell = dozing_on - 1;
+    if (bell >= 0) { /* the sleep it may have missed ends at once; one write */
+        dozing_on = 0;
+        doze_rung = true;
         int err = errno;
         uint64_t one = 1;
-        if (real.write(dozing_on - 1, &one, sizeof(one)) < 0) {
+        if (real.write(bell, &one, sizeof(one)) < 0) {
             /* a full counter is readable already */
         }
         errno = err;

@@ -10,7 +10,7 @@
 
 /* signal.c: the calling thread's count of signal handlers run. */
 const _Atomic unsigned *preload_signal_count(void);
-void preload_dozing(int fd);
+bool preload_dozing(int fd);
 /* Of those, the handlers installed without SA_RESTART. */
 const _Atomic unsigned *preload_interrupt_count(void);
 

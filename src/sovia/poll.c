@@ -167,7 +167,17 @@ int sov_poll_doze(struct pollfd *kfds, nfds_t nk, int ms, const struct sov_sigwa
          * would leave it asleep: from now on a handler rings the thread's
          * doorbell, which the sleep polls (two system calls less per sleep
          * than blocking signals around it). */
-        sov_poll_hooks.dozing(bell);
+        uint64_t v;
+        if (sov_poll_hooks.dozing(bell)) {
+            /* A handler's write for a sleep it left with siglongjmp: taken,
+             * with any ring that came with it, so no sleep now: the caller
+             * looks again before it sleeps. */
+            sov_poll_hooks.dozing(-1);
+            if (read(bell, &v, sizeof(v)) < 0) {
+                /* taken by a ringer's disarm meanwhile */
+            }
+            return 0;
+        }
         if (sov_sigwatch_fired(w)) {
             rc = -1;
             errno = EINTR;
@@ -175,12 +185,8 @@ int sov_poll_doze(struct pollfd *kfds, nfds_t nk, int ms, const struct sov_sigwa
             rc = kernel_ppoll(kfds, nk + 2, t, NULL);
         }
         int err = errno;
-        sov_poll_hooks.dozing(-1);
-        if (sov_sigwatch_fired(w)) { /* take what a handler wrote */
-            uint64_t v;
-            if (read(bell, &v, sizeof(v)) < 0) {
-                /* nothing was written: the handler ran before the sleep */
-            }
+        if (sov_poll_hooks.dozing(-1) && read(bell, &v, sizeof(v)) < 0) {
+            /* taken by a ringer's disarm meanwhile */
         }
         errno = err;
     } else if (w->count) {

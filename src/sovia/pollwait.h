@@ -28,9 +28,11 @@ struct sov_poll_hooks {
                         const sigset_t *mask);
     /* The calling thread sleeps from now on with `fd` (an eventfd) in its
      * poll set, or no longer (-1): a handler that runs on the thread in
-     * between writes to it, so that the sleep ends at once (the
-     * self-pipe trick, instead of blocking signals around the sleep). */
-    void (*dozing)(int fd);
+     * between writes to it once, so that the sleep ends at once (the
+     * self-pipe trick, instead of blocking signals around the sleep).
+     * Returns whether a handler wrote since the last call (also in a sleep
+     * a handler left with siglongjmp): the caller reads the eventfd. */
+    bool (*dozing)(int fd);
 };
 
 extern struct sov_poll_hooks sov_poll_hooks;
