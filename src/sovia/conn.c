@@ -19,59 +19,15 @@
 
 #include "sock.h"
 #include "transparent.h"
+#include "listener.h"
 
-struct pending {
-    struct sov_conn *conn;
-    struct sockaddr_storage peer;
-    socklen_t peer_len;
-    int token; /* sovia run: the client's kernel socket, sent with its VI (-1: none) */
-    uid_t uid;    /* the client's user */
-    bool foreign; /* another user than we are (its token is an epoll instance) */
-};
-
-static void pending_drop(struct pending *p)
+void sov_pending_drop(struct pending *p)
 {
     sov_conn_destroy(p->conn);
     if (p->token >= 0)
         VipxFdClose(p->token);
 }
 
-/*
- * A connection accepted whose client has not sent its WAKEUP yet. The
- * connection thread keeps these aside instead of waiting for each in turn:
- * one client that connects and says nothing must not hold up the others
- * (kernel TCP completes their handshakes meanwhile). Like a half-open TCP
- * connection, it is not in the accept queue until its WAKEUP came.
- */
-struct establishing {
-    struct pending p;
-    uint64_t deadline_ns;
-};
-
-struct sov_listener {
-    struct sov_sock *s;
-    VIP_NET_ADDRESS *addr;
-    pthread_t thread;
-    atomic_bool stop;
-    struct sov_config cfg;
-    int domain;
-    struct pending *q; /* accept queue (under s->wait_lock) */
-    unsigned head, count, cap;
-    /* sovia run: connections wait in the queue, unpaired, until accept()
-     * matches one with the kernel connection of the same client port. */
-    bool transparent;
-    uint16_t establishing_port; /* being accepted by the thread (0: none) */
-    pid_t owner; /* the process whose connection thread serves it */
-    VIP_NET_ADDRESS *remote; /* the thread's buffer (here: reachable from a fork child) */
-    struct establishing *est; /* the thread's (cap entries; here for the same reason) */
-    /* A ticketed listener (sovia run, step 6) takes only the clients this
-     * process claimed and still waits for in accept(): their ports (under
-     * s->wait_lock). Any other, one whose accept() gave up on it, say, is
-     * refused at once instead of waiting there for its pairing timeout. */
-    bool ticketed;
-    uint16_t awaited[SOV_AWAITED_MAX];
-    unsigned nawaited;
-};
 
 /* Whether a ticketed listener awaits the client from `port` (caller holds
  * the socket's wait_lock); any client for other listeners. */
@@ -135,7 +91,7 @@ static int conn_buffers(struct sov_conn *c)
     return 0;
 }
 
-static VIP_VI_ATTRIBUTES conn_attrs(const struct sov_config *cfg)
+VIP_VI_ATTRIBUTES sov_conn_attrs(const struct sov_config *cfg)
 {
     return (VIP_VI_ATTRIBUTES){.ReliabilityLevel = VIP_SERVICE_RELIABLE_DELIVERY,
                                .MaxTransferSize = cfg->mtu,
@@ -152,7 +108,7 @@ struct sov_conn *sov_conn_create(const struct sov_config *cfg, int *err)
     c->cfg = *cfg;
     c->nrecv = sov_recv_buffers(cfg);
     c->nsend = 4;
-    VIP_VI_ATTRIBUTES va = conn_attrs(cfg);
+    VIP_VI_ATTRIBUTES va = sov_conn_attrs(cfg);
     /* Receives always land in the arena: no staging area is needed. */
     VIPX_VI_CONFIG vc = {.QueueDepth = c->nrecv + c->nsend + 1,
                          .StagingBytes = 64,
@@ -196,7 +152,7 @@ struct sov_conn *sov_conn_import(const struct sov_config *cfg, unsigned nrecv, u
     c->cfg = *cfg;
     c->nrecv = nrecv;
     c->nsend = nsend;
-    VIP_VI_ATTRIBUTES va = conn_attrs(cfg);
+    VIP_VI_ATTRIBUTES va = sov_conn_attrs(cfg);
     if (VipxViImport(sov_g.nic, &va, NULL, sov_g.cq, vs, &c->vi) != VIP_SUCCESS) {
         free(c);
         *err = -EPROTO;
@@ -399,7 +355,7 @@ static int await_wakeup(struct sov_conn *c)
     return 0;
 }
 
-static int map_connect_error(VIP_RETURN r)
+int sov_map_connect_error(VIP_RETURN r)
 {
     switch (r) {
     case VIP_NO_MATCH:
@@ -442,7 +398,7 @@ static int run_connect(struct connect_job *j)
         VIP_RETURN r = VipConnectRequest(c->vi, local, remote, 30000, &ra);
         if (r == VIP_SUCCESS && ra.MaxTransferSize < c->send_mtu)
             c->send_mtu = ra.MaxTransferSize;
-        err = r == VIP_SUCCESS ? sov_conn_send_ctrl(c, PKT_WAKEUP) : map_connect_error(r);
+        err = r == VIP_SUCCESS ? sov_conn_send_ctrl(c, PKT_WAKEUP) : sov_map_connect_error(r);
         if (err == -EPIPE) /* the server went during the handshake: no orderly end */
             err = -ECONNRESET;
         if (err == 0)
@@ -592,12 +548,12 @@ static void settle(struct sov_listener *l, struct establishing *e, unsigned *n)
         if (st == 0 && now < e[i].deadline_ns)
             e[kept++] = e[i];
         else if (st <= 0 || !enqueue(l, &e[i].p))
-            pending_drop(&e[i].p);
+            sov_pending_drop(&e[i].p);
     }
     *n = kept;
 }
 
-static bool queued_conn_broken(struct sov_conn *c)
+bool sov_queued_conn_broken(struct sov_conn *c)
 {
     VIP_VI_STATE st;
     VIP_VI_ATTRIBUTES at;
@@ -607,7 +563,7 @@ static bool queued_conn_broken(struct sov_conn *c)
 
 /* Takes entry i out of the accept queue, keeping the order (caller holds
  * the socket's wait_lock). */
-static struct pending queue_take(struct sov_listener *l, unsigned i)
+struct pending sov_queue_take(struct sov_listener *l, unsigned i)
 {
     struct pending p = l->q[(l->head + i) % l->cap];
     for (unsigned j = i; j + 1 < l->count; j++)
@@ -622,9 +578,9 @@ static void prune_broken(struct sov_listener *l)
 {
     pthread_mutex_lock(&l->s->wait_lock);
     for (unsigned i = 0; i < l->count; i++)
-        if (queued_conn_broken(l->q[(l->head + i) % l->cap].conn)) {
-            struct pending p = queue_take(l, i--);
-            pending_drop(&p); /* its token too: the client's socket goes */
+        if (sov_queued_conn_broken(l->q[(l->head + i) % l->cap].conn)) {
+            struct pending p = sov_queue_take(l, i--);
+            sov_pending_drop(&p); /* its token too: the client's socket goes */
         }
     pthread_mutex_unlock(&l->s->wait_lock);
 }
@@ -663,7 +619,7 @@ static unsigned queue_slice(struct sov_listener *l)
  * use but to accept with. */
 static void accept_claim(VIP_CONN_HANDLE ch)
 {
-    VIP_VI_ATTRIBUTES va = conn_attrs(&sov_g.cfg);
+    VIP_VI_ATTRIBUTES va = sov_conn_attrs(&sov_g.cfg);
     VIPX_VI_CONFIG vc = {.QueueDepth = 1, .StagingBytes = 64};
     VIP_VI_HANDLE vi = NULL;
     if (VipxCreateVi(sov_g.nic, &va, NULL, NULL, &vc, &vi) != VIP_SUCCESS) {
@@ -692,7 +648,7 @@ static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch, uint32_t tic
              * address the kernel chose; its token decides.) */
             if (sov_addr_port((struct sockaddr *)&p->peer) == sov_addr_port(cli) &&
                 sov_token_holds(p->token, p->uid, cli, srv))
-                taken = queue_take(l, i);
+                taken = sov_queue_take(l, i);
         }
         pthread_mutex_unlock(&l->s->wait_lock);
     }
@@ -705,7 +661,7 @@ static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch, uint32_t tic
     else
         VipConnectReject(ch);
     if (taken.conn)
-        pending_drop(&taken);
+        sov_pending_drop(&taken);
     if (token >= 0)
         VipxFdClose(token);
 }
@@ -807,11 +763,11 @@ static void *connection_thread(void *arg)
             l->establishing_port = 0;
             pthread_cond_broadcast(&l->s->cond);
             pthread_mutex_unlock(&l->s->wait_lock);
-            pending_drop(&p);
+            sov_pending_drop(&p);
         }
     }
     for (unsigned i = 0; i < nest; i++)
-        pending_drop(&est[i].p);
+        sov_pending_drop(&est[i].p);
     VipxUnlisten(sov_g.nic, l->addr); /* an implicit re-listen, if any */
     return NULL;
 }
@@ -883,7 +839,7 @@ void sov_listen_stop(struct sov_sock *s)
     VipxUnlisten(sov_g.nic, l->addr); /* wakes VipConnectWait */
     pthread_join(l->thread, NULL);
     for (unsigned i = 0; i < l->count; i++)
-        pending_drop(&l->q[(l->head + i) % l->cap]);
+        sov_pending_drop(&l->q[(l->head + i) % l->cap]);
     listener_free(l);
 }
 
@@ -930,11 +886,11 @@ int sov_listen_await(struct sov_sock *s, uint16_t port, bool on)
         for (unsigned i = 0; i < l->count && ngone < 4; i++)
             if (sov_addr_port((struct sockaddr *)&l->q[(l->head + i) % l->cap].peer) == port &&
                 !awaited(l, port))
-                gone[ngone++] = queue_take(l, i--);
+                gone[ngone++] = sov_queue_take(l, i--);
     }
     pthread_mutex_unlock(&s->wait_lock);
     for (unsigned i = 0; i < ngone; i++)
-        pending_drop(&gone[i]);
+        sov_pending_drop(&gone[i]);
     return err;
 }
 
@@ -992,158 +948,4 @@ struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *pe
             return NULL;
         }
     }
-}
-
-/* ---- sovia run: pairing with kernel connections ----------------------------- */
-
-/* The client half: a VI connection from `local` (the kernel socket's own
- * address, so the server can match it) that stays tentative until the
- * server's accept() pairs it and sends its WAKEUP. 0 or -errno. */
-int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *local,
-                          const struct sockaddr *peer, uint32_t ticket)
-{
-    /* Whose VI listener: the user of the TCP listener we connect to, or,
-     * redirected, the user that accepted our connection (its server end's
-     * owner; the listening user only names the ticket). Without socket
-     * diagnostics, our own, as always before. */
-    uid_t owner = geteuid();
-    uint64_t ino;
-    int err = ticket ? sov_socket_owner(peer, local, &owner, &ino) : sov_listener_owner(peer, &owner);
-    if (err == -ENOENT || (ticket && err))
-        return -ECONNREFUSED; /* nobody listens; or we cannot tell where to go */
-    VIP_NET_ADDRESS *la = sov_vi_address(local);
-    VIP_NET_ADDRESS *ra_addr = ticket ? sov_vi_ticket_address(peer, ticket) : sov_vi_address(peer);
-    err = -ENOMEM;
-    /* The kernel socket goes with the request (to another user, only an
-     * epoll instance watching it: vipl_ext.h): the server's accept() pairs
-     * the VI only with that socket's connection (sov_accept_match). */
-    if (la && ra_addr && VipxViSetConnectToken(c->vi, fd) == VIP_SUCCESS &&
-        VipxViSetConnectUser(c->vi, owner) == VIP_SUCCESS) {
-        VIP_VI_ATTRIBUTES ra;
-        /* No listener answers at once; a busy one gets a second. */
-        VIP_RETURN r = VipConnectRequest(c->vi, la, ra_addr, 1000, &ra);
-        err = r == VIP_SUCCESS ? 0 : map_connect_error(r);
-        if (!err && ra.MaxTransferSize < c->send_mtu)
-            c->send_mtu = ra.MaxTransferSize;
-    }
-    free(la);
-    free(ra_addr);
-    if (!err) {
-        c->tentative = true;
-        c->tentative_since_ns = sov_now_ns();
-    }
-    return err;
-}
-
-/* The server half, from accept(): takes the queued connection whose client
- * sent the kernel socket of `fd`'s connection, pairs it (our WAKEUP, then
- * the client's) and returns it; NULL when the client does not run sovia or
- * gave up. A queued VI from the same port that did not send that socket
- * claims a connection that is not its own: it goes. A redirected client
- * (patience_ns) is still on its way: its VI may not even be arriving yet. */
-struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct sockaddr *peer,
-                                  uint64_t patience_ns)
-{
-    uint16_t port = sov_addr_port(peer);
-    struct sov_conn *c = NULL;
-    /* The client end of the connection: its own address is our peer. */
-    struct sockaddr_storage own, client;
-    socklen_t ol = sizeof(own), cl = sizeof(client);
-    if (getsockname(fd, (struct sockaddr *)&own, &ol) != 0 ||
-        getpeername(fd, (struct sockaddr *)&client, &cl) != 0)
-        return NULL;
-    pthread_mutex_lock(&s->wait_lock);
-    struct sov_listener *l = s->lst;
-    /* The client connects its VI before its kernel socket, so its entry is
-     * queued or being queued by the connection thread right now. */
-    uint64_t start = sov_now_ns(), end = start + 100000000u;
-    while (l && !c) {
-        for (unsigned i = 0; i < l->count; i++) {
-            struct pending *p = &l->q[(l->head + i) % l->cap];
-            bool broken = queued_conn_broken(p->conn);
-            if (!broken && sov_addr_port((struct sockaddr *)&p->peer) != port)
-                continue;
-            bool ours = !broken && sov_token_holds(p->token, p->uid, (struct sockaddr *)&client,
-                                                   (struct sockaddr *)&own);
-            struct pending taken = queue_take(l, i--);
-            if (!ours) { /* gone, or claims a connection that is not its own */
-                pending_drop(&taken);
-                continue;
-            }
-            VipxFdClose(taken.token);
-            c = taken.conn;
-            break;
-        }
-        uint64_t now = sov_now_ns();
-        bool arriving = l->establishing_port == port || now - start < patience_ns;
-        if (c || !arriving || (now > end && now - start >= patience_ns))
-            break;
-        /* A redirected client that could not follow fell back: its bytes,
-         * if any, come on the kernel connection (the system call itself:
-         * recv() is the preload's). */
-        char b;
-        if (patience_ns &&
-            syscall(SYS_recvfrom, fd, &b, 1, MSG_PEEK | MSG_DONTWAIT, NULL, NULL) > 0)
-            break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 1000000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&s->cond, &s->wait_lock, &ts);
-    }
-    pthread_mutex_unlock(&s->wait_lock);
-    if (!c)
-        return NULL;
-    /* The client answers our WAKEUP with its own, which opens our window;
-     * until then we are tentative too (transparent.c), and if the client
-     * gave up meanwhile both ends use the kernel connection. */
-    if (sov_conn_send_ctrl(c, PKT_WAKEUP) != 0) {
-        sov_conn_destroy(c);
-        return NULL;
-    }
-    return c;
-}
-
-/* The claimant (see serve_claim): `fd` was accepted on a socket listening
- * at `listening`, whose shadow listener another process runs. 1 when that
- * process redirected the client to our `ticket` (0: none wanted); 0 when it
- * answered otherwise (the client, if it queued a VI there, falls back now);
- * -ECONNREFUSED when nobody listens there any more (that process went);
- * another -errno when no answer came in time. The claim's own VI carries
- * no data: no arena, no posted receive. */
-int sov_claim(int fd, const struct sockaddr *listening, uid_t owner, uint32_t ticket)
-{
-    struct sockaddr_storage own, client;
-    socklen_t len = sizeof(own), clen = sizeof(client);
-    if (getsockname(fd, (struct sockaddr *)&own, &len) != 0 ||
-        getpeername(fd, (struct sockaddr *)&client, &clen) != 0)
-        return -errno;
-    VIP_NET_ADDRESS *from =
-        sov_vi_claim_address((struct sockaddr *)&own, (struct sockaddr *)&client, ticket);
-    VIP_NET_ADDRESS *to = sov_vi_address(listening);
-    VIP_VI_ATTRIBUTES va = conn_attrs(&sov_g.cfg);
-    VIPX_VI_CONFIG vc = {.QueueDepth = 1, .StagingBytes = 64};
-    VIP_VI_HANDLE vi = NULL;
-    int err = -ENOMEM;
-    /* To the listening socket's owner, whose process shadows it (a worker
-     * that runs as another user claims from its root master). */
-    if (from && to && VipxCreateVi(sov_g.nic, &va, NULL, NULL, &vc, &vi) == VIP_SUCCESS &&
-        VipxViSetConnectToken(vi, fd) == VIP_SUCCESS &&
-        VipxViSetConnectUser(vi, owner) == VIP_SUCCESS) {
-        VIP_VI_ATTRIBUTES ra;
-        VIP_RETURN r = VipConnectRequest(vi, from, to, 200, &ra);
-        err = r == VIP_REJECT ? 0 : r == VIP_NO_MATCH ? -ECONNREFUSED : map_connect_error(r);
-        if (r == VIP_SUCCESS) { /* accept_claim: the client comes to us */
-            VipDisconnect(vi);
-            err = ticket ? 1 : -EPROTO;
-        }
-    }
-    if (vi)
-        VipDestroyVi(vi);
-    free(from);
-    free(to);
-    return err;
 }

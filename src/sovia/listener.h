@@ -1,0 +1,64 @@
+/*
+ * listener.h - a listening socket's connection thread and accept queue
+ * (conn.c), shared with the pairing of sovia run's connections (pair.c).
+ */
+#ifndef SOVIA_LISTENER_H
+#define SOVIA_LISTENER_H
+
+#include "sock.h"
+
+struct pending {
+    struct sov_conn *conn;
+    struct sockaddr_storage peer;
+    socklen_t peer_len;
+    int token; /* sovia run: the client's kernel socket, sent with its VI (-1: none) */
+    uid_t uid;    /* the client's user */
+    bool foreign; /* another user than we are (its token is an epoll instance) */
+};
+
+/*
+ * A connection accepted whose client has not sent its WAKEUP yet. The
+ * connection thread keeps these aside instead of waiting for each in turn:
+ * one client that connects and says nothing must not hold up the others
+ * (kernel TCP completes their handshakes meanwhile). Like a half-open TCP
+ * connection, it is not in the accept queue until its WAKEUP came.
+ */
+struct establishing {
+    struct pending p;
+    uint64_t deadline_ns;
+};
+
+struct sov_listener {
+    struct sov_sock *s;
+    VIP_NET_ADDRESS *addr;
+    pthread_t thread;
+    atomic_bool stop;
+    struct sov_config cfg;
+    int domain;
+    struct pending *q; /* accept queue (under s->wait_lock) */
+    unsigned head, count, cap;
+    /* sovia run: connections wait in the queue, unpaired, until accept()
+     * matches one with the kernel connection of the same client port. */
+    bool transparent;
+    uint16_t establishing_port; /* being accepted by the thread (0: none) */
+    pid_t owner; /* the process whose connection thread serves it */
+    VIP_NET_ADDRESS *remote; /* the thread's buffer (here: reachable from a fork child) */
+    struct establishing *est; /* the thread's (cap entries; here for the same reason) */
+    /* A ticketed listener (sovia run, step 6) takes only the clients this
+     * process claimed and still waits for in accept(): their ports (under
+     * s->wait_lock). Any other, one whose accept() gave up on it, say, is
+     * refused at once instead of waiting there for its pairing timeout. */
+    bool ticketed;
+    uint16_t awaited[SOV_AWAITED_MAX];
+    unsigned nawaited;
+};
+
+void sov_pending_drop(struct pending *p);
+/* Takes entry i out of the accept queue, keeping the order (caller holds
+ * the socket's wait_lock). */
+struct pending sov_queue_take(struct sov_listener *l, unsigned i);
+bool sov_queued_conn_broken(struct sov_conn *c);
+int sov_map_connect_error(VIP_RETURN r);
+VIP_VI_ATTRIBUTES sov_conn_attrs(const struct sov_config *cfg);
+
+#endif /* SOVIA_LISTENER_H */

@@ -1,0 +1,166 @@
+/*
+ * pair.c - sovia run: pairing a VI connection with the kernel connection it
+ * stands for (the client's tentative connect, the server's match in
+ * accept(), and a claim from another process that accepted it).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "listener.h"
+#include "transparent.h"
+
+/* The client half: a VI connection from `local` (the kernel socket's own
+ * address, so the server can match it) that stays tentative until the
+ * server's accept() pairs it and sends its WAKEUP. 0 or -errno. */
+int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *local,
+                          const struct sockaddr *peer, uint32_t ticket)
+{
+    /* Whose VI listener: the user of the TCP listener we connect to, or,
+     * redirected, the user that accepted our connection (its server end's
+     * owner; the listening user only names the ticket). Without socket
+     * diagnostics, our own, as always before. */
+    uid_t owner = geteuid();
+    uint64_t ino;
+    int err = ticket ? sov_socket_owner(peer, local, &owner, &ino) : sov_listener_owner(peer, &owner);
+    if (err == -ENOENT || (ticket && err))
+        return -ECONNREFUSED; /* nobody listens; or we cannot tell where to go */
+    VIP_NET_ADDRESS *la = sov_vi_address(local);
+    VIP_NET_ADDRESS *ra_addr = ticket ? sov_vi_ticket_address(peer, ticket) : sov_vi_address(peer);
+    err = -ENOMEM;
+    /* The kernel socket goes with the request (to another user, only an
+     * epoll instance watching it: vipl_ext.h): the server's accept() pairs
+     * the VI only with that socket's connection (sov_accept_match). */
+    if (la && ra_addr && VipxViSetConnectToken(c->vi, fd) == VIP_SUCCESS &&
+        VipxViSetConnectUser(c->vi, owner) == VIP_SUCCESS) {
+        VIP_VI_ATTRIBUTES ra;
+        /* No listener answers at once; a busy one gets a second. */
+        VIP_RETURN r = VipConnectRequest(c->vi, la, ra_addr, 1000, &ra);
+        err = r == VIP_SUCCESS ? 0 : sov_map_connect_error(r);
+        if (!err && ra.MaxTransferSize < c->send_mtu)
+            c->send_mtu = ra.MaxTransferSize;
+    }
+    free(la);
+    free(ra_addr);
+    if (!err) {
+        c->tentative = true;
+        c->tentative_since_ns = sov_now_ns();
+    }
+    return err;
+}
+
+/* The server half, from accept(): takes the queued connection whose client
+ * sent the kernel socket of `fd`'s connection, pairs it (our WAKEUP, then
+ * the client's) and returns it; NULL when the client does not run sovia or
+ * gave up. A queued VI from the same port that did not send that socket
+ * claims a connection that is not its own: it goes. A redirected client
+ * (patience_ns) is still on its way: its VI may not even be arriving yet. */
+struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct sockaddr *peer,
+                                  uint64_t patience_ns)
+{
+    uint16_t port = sov_addr_port(peer);
+    struct sov_conn *c = NULL;
+    /* The client end of the connection: its own address is our peer. */
+    struct sockaddr_storage own, client;
+    socklen_t ol = sizeof(own), cl = sizeof(client);
+    if (getsockname(fd, (struct sockaddr *)&own, &ol) != 0 ||
+        getpeername(fd, (struct sockaddr *)&client, &cl) != 0)
+        return NULL;
+    pthread_mutex_lock(&s->wait_lock);
+    struct sov_listener *l = s->lst;
+    /* The client connects its VI before its kernel socket, so its entry is
+     * queued or being queued by the connection thread right now. */
+    uint64_t start = sov_now_ns(), end = start + 100000000u;
+    while (l && !c) {
+        for (unsigned i = 0; i < l->count; i++) {
+            struct pending *p = &l->q[(l->head + i) % l->cap];
+            bool broken = sov_queued_conn_broken(p->conn);
+            if (!broken && sov_addr_port((struct sockaddr *)&p->peer) != port)
+                continue;
+            bool ours = !broken && sov_token_holds(p->token, p->uid, (struct sockaddr *)&client,
+                                                   (struct sockaddr *)&own);
+            struct pending taken = sov_queue_take(l, i--);
+            if (!ours) { /* gone, or claims a connection that is not its own */
+                sov_pending_drop(&taken);
+                continue;
+            }
+            VipxFdClose(taken.token);
+            c = taken.conn;
+            break;
+        }
+        uint64_t now = sov_now_ns();
+        bool arriving = l->establishing_port == port || now - start < patience_ns;
+        if (c || !arriving || (now > end && now - start >= patience_ns))
+            break;
+        /* A redirected client that could not follow fell back: its bytes,
+         * if any, come on the kernel connection (the system call itself:
+         * recv() is the preload's). */
+        char b;
+        if (patience_ns &&
+            syscall(SYS_recvfrom, fd, &b, 1, MSG_PEEK | MSG_DONTWAIT, NULL, NULL) > 0)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 1000000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cond, &s->wait_lock, &ts);
+    }
+    pthread_mutex_unlock(&s->wait_lock);
+    if (!c)
+        return NULL;
+    /* The client answers our WAKEUP with its own, which opens our window;
+     * until then we are tentative too (transparent.c), and if the client
+     * gave up meanwhile both ends use the kernel connection. */
+    if (sov_conn_send_ctrl(c, PKT_WAKEUP) != 0) {
+        sov_conn_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* The claimant (see serve_claim): `fd` was accepted on a socket listening
+ * at `listening`, whose shadow listener another process runs. 1 when that
+ * process redirected the client to our `ticket` (0: none wanted); 0 when it
+ * answered otherwise (the client, if it queued a VI there, falls back now);
+ * -ECONNREFUSED when nobody listens there any more (that process went);
+ * another -errno when no answer came in time. The claim's own VI carries
+ * no data: no arena, no posted receive. */
+int sov_claim(int fd, const struct sockaddr *listening, uid_t owner, uint32_t ticket)
+{
+    struct sockaddr_storage own, client;
+    socklen_t len = sizeof(own), clen = sizeof(client);
+    if (getsockname(fd, (struct sockaddr *)&own, &len) != 0 ||
+        getpeername(fd, (struct sockaddr *)&client, &clen) != 0)
+        return -errno;
+    VIP_NET_ADDRESS *from =
+        sov_vi_claim_address((struct sockaddr *)&own, (struct sockaddr *)&client, ticket);
+    VIP_NET_ADDRESS *to = sov_vi_address(listening);
+    VIP_VI_ATTRIBUTES va = sov_conn_attrs(&sov_g.cfg);
+    VIPX_VI_CONFIG vc = {.QueueDepth = 1, .StagingBytes = 64};
+    VIP_VI_HANDLE vi = NULL;
+    int err = -ENOMEM;
+    /* To the listening socket's owner, whose process shadows it (a worker
+     * that runs as another user claims from its root master). */
+    if (from && to && VipxCreateVi(sov_g.nic, &va, NULL, NULL, &vc, &vi) == VIP_SUCCESS &&
+        VipxViSetConnectToken(vi, fd) == VIP_SUCCESS &&
+        VipxViSetConnectUser(vi, owner) == VIP_SUCCESS) {
+        VIP_VI_ATTRIBUTES ra;
+        VIP_RETURN r = VipConnectRequest(vi, from, to, 200, &ra);
+        err = r == VIP_REJECT ? 0 : r == VIP_NO_MATCH ? -ECONNREFUSED : sov_map_connect_error(r);
+        if (r == VIP_SUCCESS) { /* accept_claim: the client comes to us */
+            VipDisconnect(vi);
+            err = ticket ? 1 : -EPROTO;
+        }
+    }
+    if (vi)
+        VipDestroyVi(vi);
+    free(from);
+    free(to);
+    return err;
+}
