@@ -95,6 +95,11 @@ struct fab_cqx {
     pthread_mutex_t nlock; /* the notices (taken under a queue's lock) */
     uint32_t nhead, ntail, ncap;
     bool overflowed;
+    /* Waiters armed on it (VipxCQArm): they poll fd and progress it
+     * themselves, so the agent leaves it alone; its progress could take a
+     * completion inside between the provider's wake-up and the poller's
+     * look, and fd, quiet again, would not wake a poll without a bound. */
+    atomic_uint armed;
 };
 
 struct fab_queue;

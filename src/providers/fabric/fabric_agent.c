@@ -59,8 +59,9 @@ static void sweep(struct vipl_nic *nic)
             /* (a VI connecting reads its own event queue: not ours to touch) */
             if (vipl_vi_state(&vi->core) == VIP_STATE_CONNECTED &&
                 __atomic_load_n(&vi->ep, __ATOMIC_ACQUIRE)) { /* (closed by others) */
-                fab_cqx_progress(vi->sq.cqx);
-                if (vi->rq.cqx != vi->sq.cqx)
+                if (!atomic_load(&vi->sq.cqx->armed)) /* a waiter progresses it */
+                    fab_cqx_progress(vi->sq.cqx);
+                if (vi->rq.cqx != vi->sq.cqx && !atomic_load(&vi->rq.cqx->armed))
                     fab_cqx_progress(vi->rq.cqx);
                 fab_ep_events(vi);
             }

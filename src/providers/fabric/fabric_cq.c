@@ -80,8 +80,8 @@ static struct fab_cqx *cqx_of(void *obj, enum vipl_queue q)
 
 uint32_t fab_wait_prepare(void *obj, enum vipl_queue q)
 {
-    (void)obj;
-    (void)q;
+    if (q == VIPL_CQ)
+        atomic_fetch_add(&fab_cq(obj)->x.armed, 1);
     return 0;
 }
 
@@ -95,8 +95,12 @@ int fab_wait_sleep(void *obj, enum vipl_queue q, uint32_t token, const struct ti
 
 void fab_wait_finish(void *obj, enum vipl_queue q)
 {
-    (void)obj;
-    (void)q;
+    if (q != VIPL_CQ)
+        return;
+    atomic_uint *a = &fab_cq(obj)->x.armed;
+    unsigned v = atomic_load(a);
+    while (v && !atomic_compare_exchange_weak(a, &v, v - 1))
+        ;
 }
 
 void fab_wait_wake(void *obj, enum vipl_queue q)
