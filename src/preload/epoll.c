@@ -698,10 +698,7 @@ static int wait_active(int epfd, struct epset *s, struct epoll_event *out, int m
         struct pollfd p[3] = {{.fd = epfd, .events = POLLIN}};
         int rc = sov_poll_doze(p, 1, slice, &sig);
         atomic_fetch_sub(&s->sleepers, 1);
-        if (rc > 0 && p[1].revents) /* the CQ's descriptor: drain it */
-            VipxCQArm(sov_g.cq, VIP_FALSE);
-        else
-            VipxCQDisarmQuiet(sov_g.cq);
+        sov_doze_disarm(&p[1], rc);
         if (rc < 0 && errno == EINTR) {
             n = -1;
             break;

@@ -190,10 +190,7 @@ int tp_prepare_send(int fd, int msg_flags, const struct iovec *iov, int iovcnt, 
         struct pollfd p[3] = {{.fd = fd, .events = POLLIN}};
         VipxCQArm(sov_g.cq, VIP_TRUE);
         int rc = sov_poll_doze(p, 1, 1, &w);
-        if (rc > 0 && p[1].revents) /* the CQ's descriptor: drain it */
-            VipxCQArm(sov_g.cq, VIP_FALSE);
-        else
-            VipxCQDisarmQuiet(sov_g.cq);
+        sov_doze_disarm(&p[1], rc);
         if ((rc < 0 && errno == EINTR) || sov_sigwatch_fired(&w)) {
             errno = EINTR; /* also a handler just before the sleep (it rang) */
             return -1;

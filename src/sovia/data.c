@@ -333,7 +333,7 @@ static int block_on_cq(struct sov_sock *s)
         int rc = poll(p, 2, sov_doze_fds(p, -1));
         int err = rc < 0 ? errno : 0;
         sov_sock_lock(s);
-        VipxCQArm(sov_g.cq, VIP_FALSE);
+        sov_doze_disarm(&p[0], rc);
         return err == EINTR ? -EINTR : 0;
     }
     VipxCQArm(sov_g.cq, VIP_FALSE);

@@ -210,6 +210,14 @@ int sov_poll_doze(struct pollfd *kfds, nfds_t nk, int ms, const struct sov_sigwa
     return rc;
 }
 
+void sov_doze_disarm(const struct pollfd *cq, int rc)
+{
+    if (rc > 0 && cq->revents)
+        VipxCQArm(sov_g.cq, VIP_FALSE);
+    else
+        VipxCQDisarmQuiet(sov_g.cq);
+}
+
 SOV_EXPORT int sov_poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
     return sov_poll_masked(fds, nfds, timeout, NULL);
@@ -284,10 +292,7 @@ int sov_poll_masked(struct pollfd *fds, nfds_t nfds, int timeout, const sigset_t
          * everything else that can make a socket ready wakes us. */
         int slice = tentative && (left_ms < 0 || left_ms > 2) ? 2 : (int)left_ms;
         int rc = sov_poll_doze(kfds, nk, slice, &sig);
-        if (rc > 0 && kfds[nk].revents) /* the CQ's descriptor: drain it */
-            VipxCQArm(sov_g.cq, VIP_FALSE);
-        else
-            VipxCQDisarmQuiet(sov_g.cq);
+        sov_doze_disarm(&kfds[nk], rc);
         if (rc < 0 && errno == EINTR) {
             ready = -1;
             break;

@@ -405,6 +405,10 @@ void sov_signal_event(void); /* every sleeping thread looks again */
  * how long the sleep may last (ms, -1: no limit) given `ms`, shortened
  * where a wake-up may be lost (VipxCQPollFds says). */
 int sov_doze_fds(struct pollfd out[2], int ms);
+/* Disarms the CQ after a sleep that polled `cq` (the entry sov_doze_fds
+ * filled with the CQ's descriptor) and returned `rc`: drains the
+ * descriptor only if the poll reported it (VipxCQDisarmQuiet otherwise). */
+void sov_doze_disarm(const struct pollfd *cq, int rc);
 /* The iovec send and receive behind sov_send/sov_recv & co.: -1 and errno. */
 ssize_t sov_sendv(int fd, const struct iovec *iov, int iovcnt, int flags);
 ssize_t sov_recvv(int fd, const struct iovec *iov, int iovcnt, int flags);

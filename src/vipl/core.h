@@ -66,6 +66,7 @@ void vipl_waiters_ring(const struct vipl_waiter *except); /* every sleeper but o
 /* cq.c: a thread's sleep on a CQ (see waiters.c). */
 void vipl_cq_arm(struct vipl_cq *cq);
 void vipl_cq_disarm(struct vipl_cq *cq);
+void vipl_nic_query(struct vipl_nic *nic, VIP_NIC_ATTRIBUTES *a);
 /* How long one sleep may last (ms, -1: no limit), see cq_sleep_bound. */
 int vipl_cq_sleep_bound(struct vipl_cq *cq, int doorbell);
 

@@ -123,18 +123,24 @@ void vipl_cq_arm(struct vipl_cq *cq)
     cq->nic->prov->wait_prepare(cq, VIPL_CQ);
 }
 
-/* errno is kept: callers look at their poll's after disarming. */
-void vipl_cq_disarm(struct vipl_cq *cq)
+/* errno is kept: callers look at their poll's after disarming. `drain`:
+ * take what the CQ's descriptor holds (VipxCQDisarmQuiet: not). */
+static void cq_disarm(struct vipl_cq *cq, bool drain)
 {
     int err = errno;
     const struct vipl_provider *p = cq->nic->prov;
     p->wait_finish(cq, VIPL_CQ);
     struct vipl_waiter *w = vipl_waiter_self();
     /* What woke us may have been meant for another sleeper as well. */
-    if (p->cq_wait_drain && p->cq_wait_drain(cq))
+    if (drain && p->cq_wait_drain && p->cq_wait_drain(cq))
         vipl_waiters_ring(w);
     vipl_waiter_disarm(w);
     errno = err;
+}
+
+void vipl_cq_disarm(struct vipl_cq *cq)
+{
+    cq_disarm(cq, true);
 }
 
 VIPL_EXPORT VIP_RETURN VipxCQDisarmQuiet(VIP_CQ_HANDLE CQHandle)
@@ -142,10 +148,7 @@ VIPL_EXPORT VIP_RETURN VipxCQDisarmQuiet(VIP_CQ_HANDLE CQHandle)
     struct vipl_cq *cq = cq_of(CQHandle);
     if (!cq)
         return VIP_INVALID_PARAMETER;
-    int err = errno;
-    cq->nic->prov->wait_finish(cq, VIPL_CQ);
-    vipl_waiter_disarm(vipl_waiter_self());
-    errno = err;
+    cq_disarm(cq, false);
     return VIP_SUCCESS;
 }
 

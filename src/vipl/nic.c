@@ -85,13 +85,36 @@ VIPL_EXPORT VIP_RETURN VipCloseNic(VIP_NIC_HANDLE NicHandle)
     return VIP_SUCCESS;
 }
 
+static const VIP_UINT8 loopback[VIPL_HOST_ADDR_LEN] = {127, 0, 0, 1};
+
+/* The limits the core sets, then the provider's own values. */
+void vipl_nic_query(struct vipl_nic *nic, VIP_NIC_ATTRIBUTES *a)
+{
+    *a = (VIP_NIC_ATTRIBUTES){
+        .HardwareVersion = 1,
+        .NicAddressLen = VIPL_HOST_ADDR_LEN,
+        .LocalNicAddress = loopback,
+        .ThreadSafe = VIP_TRUE,
+        .MaxDiscriminatorLen = VIPL_MAX_DISC,
+        .MaxRegisterBytes = (VIP_ULONG)1 << 40,
+        .MaxRegisterRegions = VIPL_MR_MAX,
+        .MaxRegisterBlockBytes = (VIP_ULONG)1 << 40,
+        .MaxVI = 65536,
+        .MaxSegmentsPerDesc = VIPL_MAX_SEGS,
+        .MaxCQ = 65536,
+        .MaxCQEntries = 65536,
+        .MaxPtags = 1024,
+        .RDMAReadSupport = 0,
+    };
+    nic->prov->query_nic(nic, a);
+}
+
 VIPL_EXPORT VIP_RETURN VipQueryNic(VIP_NIC_HANDLE NicHandle, VIP_NIC_ATTRIBUTES *NicAttribs)
 {
     struct vipl_nic *nic = nic_of(NicHandle);
     if (!nic || !NicAttribs)
         return VIP_INVALID_PARAMETER;
-    memset(NicAttribs, 0, sizeof(*NicAttribs));
-    nic->prov->query_nic(nic, NicAttribs);
+    vipl_nic_query(nic, NicAttribs);
     return VIP_SUCCESS;
 }
 

@@ -172,6 +172,9 @@ struct vipl_provider {
 
     int (*open_nic)(struct vipl_nic *nic);
     void (*close_nic)(struct vipl_nic *nic);
+    /* Fills in what is the provider's (name, versions, queue depth,
+     * transfer size, reliability levels) over the core's values (nic.c,
+     * vipl_nic_query: the core's limits, one host address). */
     void (*query_nic)(struct vipl_nic *nic, VIP_NIC_ATTRIBUTES *attrs);
 
     /* Registration table changes, for providers that export regions. */

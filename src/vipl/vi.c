@@ -17,8 +17,8 @@ static VIP_RETURN check_vi_attrs(struct vipl_nic *nic, const VIP_VI_ATTRIBUTES *
     default:
         return VIP_INVALID_RELIABILITY_LEVEL;
     }
-    VIP_NIC_ATTRIBUTES na = {0};
-    nic->prov->query_nic(nic, &na);
+    VIP_NIC_ATTRIBUTES na;
+    vipl_nic_query(nic, &na);
     if (a->MaxTransferSize == 0 || a->MaxTransferSize > na.MaxTransferSize)
         return VIP_INVALID_MTU;
     *tag = ptag_of(nic, a->Ptag);

@@ -26,6 +26,7 @@
 #include "hcommon.h"
 #include "hrprog.h"
 #include "hsovia.h"
+#include "isorun.h"
 #include "sovia/sharness.h"
 
 /* docs/PROTOCOL.md, restated: type 6, the ticket in bits 3-31. */
@@ -136,17 +137,7 @@ static void run(enum move move)
     /* The probe connects from this port (the claim names it): one nobody
      * holds now, not even in TIME_WAIT (a fixed pick was taken 1 run in
      * ~20 on a busy machine: "no VI from the client"). */
-    uint16_t lport = 0;
-    for (unsigned i = 0; i < 2000 && !lport; i++) {
-        uint16_t cand = (uint16_t)(20000 + (getpid() * 7 + (int)move + i * 13) % 20000);
-        int t = (int)SYS(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-        struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = htons(cand),
-                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        if (bind(t, (struct sockaddr *)&at, sizeof at) == 0)
-            lport = cand;
-        close(t);
-    }
-    CHECK_MSG(lport != 0, "no free source port between 20000 and 40000");
+    uint16_t lport = iso_unused_port();
     int probe = hr_start("probe", "probe", port, lport, &chan);
     pid_t probe_pid = s_pid(probe);
     CHECK_MSG(hs_take(&s0, a0, 5000), "no VI from the client");

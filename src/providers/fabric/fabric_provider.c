@@ -18,7 +18,6 @@
 
 VIP_RETURN fab_vi_arena(struct vipl_vi *vi, void **base, size_t *len);
 
-static const VIP_UINT8 loopback[VIPL_HOST_ADDR_LEN] = {127, 0, 0, 1};
 
 struct fi_info *fab_hints(const char *prov_name)
 {
@@ -145,26 +144,12 @@ static void fab_query_nic(struct vipl_nic *nic, VIP_NIC_ATTRIBUTES *a)
 {
     struct fab_nic *fn = fab_nic(nic);
     snprintf(a->Name, sizeof a->Name, "fabric:%s", fn->prov_name);
-    a->HardwareVersion = 1;
     a->ProviderVersion = fi_version();
-    a->NicAddressLen = VIPL_HOST_ADDR_LEN;
-    a->LocalNicAddress = loopback;
-    a->ThreadSafe = VIP_TRUE;
-    a->MaxDiscriminatorLen = VIPL_MAX_DISC;
-    a->MaxRegisterBytes = (VIP_ULONG)1 << 40;
-    a->MaxRegisterRegions = VIPL_MR_MAX;
-    a->MaxRegisterBlockBytes = (VIP_ULONG)1 << 40;
-    a->MaxVI = 65536;
     a->MaxDescriptorsPerQueue = FAB_DEPTH_MAX;
-    a->MaxSegmentsPerDesc = VIPL_MAX_SEGS;
-    a->MaxCQ = 65536;
-    a->MaxCQEntries = 65536;
     size_t mts = fn->info->ep_attr->max_msg_size;
     a->MaxTransferSize = mts < FAB_MAX_TRANSFER ? (VIP_ULONG)mts : FAB_MAX_TRANSFER;
     a->NativeMTU = a->MaxTransferSize;
-    a->MaxPtags = 1024;
     a->ReliabilityLevelSupport = VIP_SERVICE_RELIABLE_DELIVERY | VIP_SERVICE_RELIABLE_RECEPTION;
-    a->RDMAReadSupport = 0;
 }
 
 /* The arena is plain memory here: every receive is written in place by

@@ -16,7 +16,6 @@ int shm_cq_sleep_bound(struct vipl_cq *cq);
 
 #define SHM_MAX_TRANSFER (4u << 20)
 
-static const VIP_UINT8 loopback[VIPL_HOST_ADDR_LEN] = {127, 0, 0, 1};
 
 static int shm_open_nic(struct vipl_nic *nic)
 {
@@ -69,26 +68,12 @@ static void shm_query_nic(struct vipl_nic *nic, VIP_NIC_ATTRIBUTES *a)
 {
     (void)nic;
     strcpy(a->Name, "shm0");
-    a->HardwareVersion = 1;
     a->ProviderVersion = SHM_VERSION;
-    a->NicAddressLen = VIPL_HOST_ADDR_LEN;
-    a->LocalNicAddress = loopback;
-    a->ThreadSafe = VIP_TRUE;
-    a->MaxDiscriminatorLen = VIPL_MAX_DISC;
-    a->MaxRegisterBytes = (VIP_ULONG)1 << 40;
-    a->MaxRegisterRegions = VIPL_MR_MAX;
-    a->MaxRegisterBlockBytes = (VIP_ULONG)1 << 40;
-    a->MaxVI = 65536;
     a->MaxDescriptorsPerQueue = SHM_MAX_DEPTH;
-    a->MaxSegmentsPerDesc = VIPL_MAX_SEGS;
-    a->MaxCQ = 65536;
-    a->MaxCQEntries = 65536;
     a->MaxTransferSize = SHM_MAX_TRANSFER;
     a->NativeMTU = SHM_MAX_TRANSFER;
-    a->MaxPtags = 1024;
     a->ReliabilityLevelSupport = VIP_SERVICE_UNRELIABLE | VIP_SERVICE_RELIABLE_DELIVERY |
                                  VIP_SERVICE_RELIABLE_RECEPTION;
-    a->RDMAReadSupport = 0;
 }
 
 static const char *const shm_device_names[] = {"shm", "shm0", NULL};
