@@ -192,6 +192,16 @@ VIP_RETURN VipxViShare(VIP_VI_HANDLE ViHandle);
 VIP_RETURN VipxViRelease(VIP_VI_HANDLE ViHandle);
 
 /*
+ * VipDisconnect for a VI that is destroyed next: the same flush and notice
+ * to the peer, but the VI keeps its old memory (VipDisconnect gives it fresh
+ * segments, so that an old peer keeps only orphaned memory: a memfd made,
+ * mapped and sealed, then unmapped at once by VipDestroyVi). It can no longer
+ * connect (VIP_INVALID_STATE); its completed and flushed descriptors are
+ * still reaped with VipRecvDone/VipSendDone before VipDestroyVi.
+ */
+VIP_RETURN VipxDisconnectLast(VIP_VI_HANDLE ViHandle);
+
+/*
  * Handing a connected VI to the next program image (exec). The state is
  * provider data plus descriptors; the caller keeps the descriptors open
  * across exec (clears FD_CLOEXEC) and passes the rest as it likes.

@@ -20,6 +20,7 @@
 
 #include <sovia.h>
 
+#include "ephemeral.h"
 #include "pollwait.h"
 #include "preload.h"
 #include "sock.h"
@@ -490,9 +491,7 @@ static int local_address(int fd, int domain, struct sockaddr_storage *local)
                                       : ((struct sockaddr_in6 *)local)->sin6_port;
     if (port)
         return 0;
-    struct sockaddr_storage any = {.ss_family = (sa_family_t)domain};
-    socklen_t alen = domain == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-    if (bind(fd, (struct sockaddr *)&any, alen) != 0)
+    if (sov_bind_ephemeral(fd, domain) != 0) /* not bind(0) first: ephemeral.c */
         return -1;
     len = sizeof(*local);
     return getsockname(fd, (struct sockaddr *)local, &len);

@@ -196,9 +196,10 @@ void sov_conn_destroy(struct sov_conn *c)
         VipxViRelease(c->vi); /* other holders keep the connection */
     } else if (c->vi) {
         /* IDLE as well: a connection that never came up still holds its
-         * pre-posted receives, and VipDestroyVi refuses a VI that does. */
+         * pre-posted receives, and VipDestroyVi refuses a VI that does.
+         * (Last: no fresh segments for a VI about to go.) */
         if (st == VIP_STATE_CONNECTED || st == VIP_STATE_ERROR || st == VIP_STATE_IDLE)
-            VipDisconnect(c->vi);
+            VipxDisconnectLast(c->vi);
         VIP_DESCRIPTOR *d;
         while (VipRecvDone(c->vi, &d) == VIP_SUCCESS || VipSendDone(c->vi, &d) == VIP_SUCCESS)
             ;
@@ -627,7 +628,7 @@ static void accept_claim(VIP_CONN_HANDLE ch)
         return;
     }
     if (VipConnectAccept(ch, vi) == VIP_SUCCESS)
-        VipDisconnect(vi);
+        VipxDisconnectLast(vi);
     VipDestroyVi(vi);
 }
 

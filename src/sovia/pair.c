@@ -154,7 +154,7 @@ int sov_claim(int fd, const struct sockaddr *listening, uid_t owner, uint32_t ti
         VIP_RETURN r = VipConnectRequest(vi, from, to, 200, &ra);
         err = r == VIP_REJECT ? 0 : r == VIP_NO_MATCH ? -ECONNREFUSED : sov_map_connect_error(r);
         if (r == VIP_SUCCESS) { /* accept_claim: the client comes to us */
-            VipDisconnect(vi);
+            VipxDisconnectLast(vi);
             err = ticket ? 1 : -EPROTO;
         }
     }

@@ -104,7 +104,7 @@ VIPL_EXPORT VIP_RETURN VipConnectAccept(VIP_CONN_HANDLE ConnHandle, VIP_VI_HANDL
     struct vipl_vi *vi = vi_of(ViHandle);
     if (!conn || !vi || vi->nic != conn->nic)
         return VIP_INVALID_PARAMETER;
-    if (vipl_vi_state(vi) != VIP_STATE_IDLE)
+    if (vipl_vi_state(vi) != VIP_STATE_IDLE || vi->last)
         return VIP_INVALID_STATE;
     if (vi->attrs.ReliabilityLevel != conn->remote_attrs.ReliabilityLevel) {
         vi->nic->prov->connect_reject(conn);
@@ -134,6 +134,8 @@ VIPL_EXPORT VIP_RETURN VipConnectRequest(VIP_VI_HANDLE ViHandle, VIP_NET_ADDRESS
     if (!vi || !address_ok(LocalAddr) || !address_ok(RemoteAddr))
         return VIP_INVALID_PARAMETER;
     int idle = VIP_STATE_IDLE;
+    if (vi->last)
+        return VIP_INVALID_STATE;
     if (!atomic_compare_exchange_strong(&vi->state, &idle, VIP_STATE_CONNECT_PENDING))
         return VIP_INVALID_STATE;
     VIP_VI_ATTRIBUTES rattrs;
@@ -164,6 +166,19 @@ VIPL_EXPORT VIP_RETURN VipDisconnect(VIP_VI_HANDLE ViHandle)
     if (state != VIP_STATE_CONNECTED && state != VIP_STATE_ERROR && state != VIP_STATE_IDLE)
         return VIP_INVALID_STATE;
     return vi->nic->prov->disconnect(vi);
+}
+
+VIPL_EXPORT VIP_RETURN VipxDisconnectLast(VIP_VI_HANDLE ViHandle)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi)
+        return VIP_INVALID_PARAMETER;
+    bool was = vi->last;
+    vi->last = true;
+    VIP_RETURN r = VipDisconnect(ViHandle);
+    if (r == VIP_INVALID_STATE)
+        vi->last = was; /* connecting: it may still connect */
+    return r;
 }
 
 VIPL_EXPORT VIP_RETURN VipxListen(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS *LocalAddr)

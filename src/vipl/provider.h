@@ -126,6 +126,7 @@ struct vipl_vi {
     struct vipl_notify *send_notify, *recv_notify;
     int connect_token; /* -1, or sent with the next connection request */
     uid_t connect_uid; /* whose listener the next request dials ((uid_t)-1: our own) */
+    bool last; /* disconnected for destruction: no fresh segments, no new connection */
 };
 
 /* A local scatter/gather element, already checked against its region. */

@@ -70,6 +70,7 @@ VIP_RETURN vipl_vi_make(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES *ViAttribs,
     vi->recv_cq = rcq;
     vi->connect_token = -1;
     vi->connect_uid = (uid_t)-1;
+    vi->last = false;
     atomic_store(&vi->state, VIP_STATE_IDLE);
     if (import)
         r = nic->prov->vi_import ? nic->prov->vi_import(vi, import) : VIP_ERROR_NOT_SUPPORTED;

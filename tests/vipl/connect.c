@@ -8,7 +8,9 @@
  *   - CONNECT_PENDING while the request waits (no sends, no attribute change,
  *     no destroy); the remote address and attributes each side learns;
  *   - VipDisconnect: local IDLE with receives flushed, the peer VI ERROR with
- *     its receives flushed and VIP_ERROR_CONN_LOST; the VI reconnects.
+ *     its receives flushed and VIP_ERROR_CONN_LOST; the VI reconnects;
+ *   - VipxDisconnectLast: the same for a VI destroyed next, which keeps its
+ *     segments (no fresh memfd: shm) and cannot connect again.
  */
 #include "harness.h"
 
@@ -17,6 +19,54 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <stdlib.h>
+
+/* The shm segments this process maps (peers' included), by inode, sorted. */
+static size_t vi_segments(unsigned long *ino, size_t max)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    char line[512];
+    size_t n = 0;
+    CHECK(f != NULL);
+    while (fgets(line, sizeof line, f)) {
+        unsigned long i;
+        if (!strstr(line, "/memfd:sovia-vi-") ||
+            sscanf(line, "%*s %*s %*s %*s %lu", &i) != 1)
+            continue;
+        size_t k = 0;
+        while (k < n && ino[k] < i)
+            k++;
+        if ((k < n && ino[k] == i) || n == max)
+            continue;
+        memmove(ino + k + 1, ino + k, (n - k) * sizeof *ino);
+        ino[k] = i;
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* VipxDisconnectLast on a connected VI: IDLE, no fresh segments made (no
+ * new one among those mapped), no new connection, then destroyed. */
+static void disconnect_last(VIP_VI_HANDLE vi, const char *local, const char *remote)
+{
+    unsigned long before[64], after[64];
+    size_t nb = vi_segments(before, 64);
+    CHECK_OK(VipxDisconnectLast(vi));
+    CHECK_EQ(h_vi_state(vi), VIP_STATE_IDLE);
+    /* The peer's segments go; none of ours comes. */
+    size_t na = vi_segments(after, 64);
+    for (size_t i = 0, k = 0; i < na; i++, k++) {
+        while (k < nb && before[k] < after[i])
+            k++;
+        CHECK_MSG(k < nb && before[k] == after[i],
+                  "VipxDisconnectLast mapped a new segment (inode %lu)", after[i]);
+    }
+    VIP_VI_ATTRIBUTES ra;
+    CHECK_RET(h_connect_ret(vi, local, remote, 100, &ra), VIP_INVALID_STATE);
+    CHECK_OK(VipDestroyVi(vi));
+    na = vi_segments(after, 64);
+    CHECK_MSG(h_fabric() || na < nb, "VipDestroyVi left %zu of %zu segments mapped", na, nb);
+}
 
 enum { R_REJECT, R_TIMEOUT, R_MISMATCH, R_MAIN, R_BUSY, R_AGAIN, R_QUEUED, R_IFADDR, NROUNDS };
 static char srv[NROUNDS][80], cli[NROUNDS][80];
@@ -377,9 +427,9 @@ int main(void)
     free(lh);
     free(rh);
 
+    disconnect_last(vq, cli[R_QUEUED], srv[R_QUEUED]);
     h_signal(p.fd, 'Q');
     h_peer_finish(&p);
-    h_vi_teardown(vq);
     h_vi_teardown(vh);
     h_vi_teardown(vi);
     h_mem_free(&buf);

@@ -803,13 +803,16 @@ VIP_RETURN shm_disconnect(struct vipl_vi *cvi)
     peer_drop(vi, SHM_MSG_DISCONNECT);
     if (cvi->recv_cq) /* (a relay VI's own armed word stops following the CQ) */
         shm_cq_relay(shm_cq(cvi->recv_cq), vi, false);
-    /* Fresh segments: whatever the old peer still maps is no longer ours. */
+    /* Fresh segments: whatever the old peer still maps is no longer ours.
+     * A VI destroyed next (VipxDisconnectLast) reads nothing of them again. */
     shm_rq_flush_all(vi);
-    if (shm_vi_segments_create(vi) != 0)
-        return VIP_ERROR_RESOURCE;
-    pthread_mutex_lock(&cvi->nic->lock);
-    shm_vi_export_regs(vi);
-    pthread_mutex_unlock(&cvi->nic->lock);
+    if (!cvi->last) {
+        if (shm_vi_segments_create(vi) != 0)
+            return VIP_ERROR_RESOURCE;
+        pthread_mutex_lock(&cvi->nic->lock);
+        shm_vi_export_regs(vi);
+        pthread_mutex_unlock(&cvi->nic->lock);
+    }
     atomic_store(&cvi->state, VIP_STATE_IDLE);
     shm_wait_wake(vi, VIPL_RECVQ);
     shm_wait_wake(vi, VIPL_SENDQ);
