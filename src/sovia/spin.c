@@ -84,9 +84,8 @@ void sov_spin_init(void)
     runnable_now(); /* opens it: a process's descriptors settle with its setup */
 }
 
-bool sov_spin_pays(void)
+bool sov_spin_pays(uint64_t now)
 {
-    uint64_t now = sov_now_ns();
     uint64_t at = atomic_load_explicit(&read_at, memory_order_relaxed);
     uint64_t every = atomic_load_explicit(&crowded, memory_order_relaxed) ? READ_EVERY_CROWDED_NS
                                                                            : READ_EVERY_NS;
