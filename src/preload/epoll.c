@@ -20,8 +20,9 @@
  * A wait on a set with carried entries looks at them and asks the kernel
  * set (zero timeout) in the same call (see wait_active), the two taking
  * turns to go first, then spins (wait modes) asking the kernel every so
- * often; to sleep it polls the set together with the sockets layer's
- * doorbells. A signal handler run meanwhile ends it with EINTR.
+ * often; to sleep it polls the sockets layer's doorbells, with the set if
+ * that may hold kernel entries (an entry that joins a sleeper's set rings
+ * them). A signal handler run meanwhile ends it with EINTR.
  */
 #include <errno.h>
 #include <limits.h>
@@ -165,6 +166,11 @@ static void count_kernel(struct epset *s, int delta)
 {
     int v = atomic_load(&s->nkernel) + delta;
     atomic_store(&s->nkernel, v < 0 ? 0 : v);
+    /* A sleeper that did not poll the kernel set (kernel_may) polls it
+     * from now on. (It counts itself in before it looks at nkernel, we
+     * after changing it: one side sees the other.) */
+    if (delta > 0 && atomic_load(&s->sleepers) > 0)
+        sov_signal_event();
 }
 
 /* Drops every entry of this kind for fd, in all sets. */
@@ -431,6 +437,7 @@ static int ctl_carried(int epfd, int op, int fd, struct epoll_event *ev)
     if (op != EPOLL_CTL_DEL && atomic_load(&s->sleepers) > 0) {
         hold = placeholder(fd, ev, true);
         real.epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &hold);
+        sov_signal_event(); /* and those asleep on the doorbells alone */
     }
     return 0;
 }
@@ -625,6 +632,15 @@ static int harvest(int epfd, struct epset *s, struct epoll_event *out, int max, 
     return n;
 }
 
+/* May a sleeper on the set be woken by its kernel set? Not when it holds
+ * only placeholders of carried sockets (polling it cost a tenth of a
+ * sleeping round trip's system time): then the doorbells alone wake it. */
+static bool kernel_may(struct epset *s)
+{
+    return atomic_load(&s->nkernel) > 0 || atomic_load(&s->kernel_unknown) ||
+           atomic_load(&s->nnested) > 0;
+}
+
 /* epoll_wait on a set with carried entries. The kernel set is asked in the
  * first look, so that one call reports every entry ready when it began,
  * unless the last look found it empty less than KERNEL_QUIET_NS ago (a
@@ -663,7 +679,6 @@ static int wait_active(int epfd, struct epset *s, struct epoll_event *out, int m
     if (mask) /* nothing ready: the call's mask from now on, as the kernel's */
         pthread_sigmask(SIG_SETMASK, mask, &old);
     uint64_t spin_ns = sov_poll_spin_ns();
-    enum ask after_sleep = ASK_IF_ANY;
     for (unsigned round = 1;; round++) {
         if (sov_sigwatch_fired(&sig)) { /* a handler ran: EINTR, as the kernel */
             n = -1;
@@ -676,7 +691,7 @@ static int wait_active(int epfd, struct epset *s, struct epoll_event *out, int m
         long left_ms = timeout < 0 ? -1 : timeout - (long)((now - start) / 1000000);
         if (timeout > 0 && left_ms <= 0)
             break;
-        if (now - start < spin_ns && (spin_ns == UINT64_MAX || sov_spin_pays())) {
+        if (now - start < spin_ns && (spin_ns == UINT64_MAX || sov_spin_pays(now))) {
             n = harvest(epfd, s, out, max, round % KERNEL_EVERY ? ASK_NOT : ASK_IF_ANY,
                         kernel_first, &pending);
             if (n)
@@ -684,11 +699,12 @@ static int wait_active(int epfd, struct epset *s, struct epoll_event *out, int m
             continue;
         }
         /* Sleep: count in (an entry added from now on wakes us), arm, look
-         * once more (a packet may have raced the arming), then poll the set
-         * with the doorbells. */
+         * once more (a packet may have raced the arming), then poll the
+         * doorbells, and the set if it may hold kernel entries (an entry
+         * added meanwhile rings them: count_kernel, ctl_carried). */
         atomic_fetch_add(&s->sleepers, 1);
         VipxCQArm(sov_g.cq, VIP_TRUE);
-        n = harvest(epfd, s, out, max, after_sleep, kernel_first, &pending);
+        n = harvest(epfd, s, out, max, ASK_IF_ANY, kernel_first, &pending);
         if (n) {
             VipxCQDisarmQuiet(sov_g.cq); /* did not sleep */
             atomic_fetch_sub(&s->sleepers, 1);
@@ -696,17 +712,23 @@ static int wait_active(int epfd, struct epset *s, struct epoll_event *out, int m
         }
         int slice = pending && (left_ms < 0 || left_ms > 2) ? 2 : (int)left_ms;
         struct pollfd p[3] = {{.fd = epfd, .events = POLLIN}};
-        int rc = sov_poll_doze(p, 1, slice, &sig);
+        nfds_t nk = kernel_may(s) ? 1 : 0;
+        int rc = sov_poll_doze(p + 1 - nk, nk, slice, &sig);
         atomic_fetch_sub(&s->sleepers, 1);
         sov_doze_disarm(&p[1], rc);
         if (rc < 0 && errno == EINTR) {
             n = -1;
             break;
         }
-        /* The set readable: harvest it, even if it should hold only
-         * placeholders (one reporting a hang-up would wake us forever). */
-        after_sleep = rc > 0 && p[0].revents ? ASK_ALWAYS : ASK_IF_ANY;
+        /* Woken: look before arming again (a wake-up usually means a
+         * packet). The set readable: harvest it, even if it should hold
+         * only placeholders (one reporting a hang-up would wake us
+         * forever). */
         pending = false;
+        n = harvest(epfd, s, out, max, nk && rc > 0 && p[0].revents ? ASK_ALWAYS : ASK_IF_ANY,
+                    kernel_first, &pending);
+        if (n)
+            break;
     }
     if (mask) {
         int err = errno;

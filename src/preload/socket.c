@@ -180,7 +180,7 @@ int tp_prepare_send(int fd, int msg_flags, const struct iovec *iov, int iovcnt, 
         uint64_t now = sov_now_ns();
         if (!start)
             start = now;
-        if (now - start < 100000 && sov_spin_pays()) {
+        if (now - start < 100000 && sov_spin_pays(now)) {
             __builtin_ia32_pause();
             continue;
         }

@@ -381,7 +381,7 @@ int sov_wait(struct sov_sock *s, uint64_t *spun_since)
             uint64_t now = sov_now_ns();
             if (!*spun_since)
                 *spun_since = now;
-            mode = now - *spun_since < (uint64_t)s->cfg.spin_us * 1000 && sov_spin_pays()
+            mode = now - *spun_since < (uint64_t)s->cfg.spin_us * 1000 && sov_spin_pays(now)
                        ? SOV_WAIT_POLL
                        : SOV_WAIT_BLOCK;
         }

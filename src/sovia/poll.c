@@ -276,7 +276,7 @@ int sov_poll_masked(struct pollfd *fds, nfds_t nfds, int timeout, const sigset_t
         long left_ms = timeout < 0 ? -1 : timeout - (long)((now - start) / 1000000);
         if (timeout > 0 && left_ms <= 0)
             break;
-        if (now - start < spin_ns && (spin_ns == UINT64_MAX || sov_spin_pays())) {
+        if (now - start < spin_ns && (spin_ns == UINT64_MAX || sov_spin_pays(now))) {
             __builtin_ia32_pause();
             continue;
         }
@@ -297,6 +297,11 @@ int sov_poll_masked(struct pollfd *fds, nfds_t nfds, int timeout, const sigset_t
             ready = -1;
             break;
         }
+        /* Woken: look before arming again (a wake-up usually means a
+         * packet or a kernel descriptor ready). */
+        ready = scan(fds, nfds, true, kfds, &nk, kmap, &tentative);
+        if (ready)
+            break;
     }
     int saved = errno;
     if (masked) {

@@ -548,8 +548,9 @@ int sov_wait(struct sov_sock *s, uint64_t *spun_since); /* 0, -EINTR */
  * UINT64_MAX for SOVIA_WAIT=poll, which always spins). */
 uint64_t sov_poll_spin_ns(void);
 /* spin.c: false while more threads are runnable than there are CPUs (a
- * spinner would take the CPU the thread it waits for needs). */
-bool sov_spin_pays(void);
+ * spinner would take the CPU the thread it waits for needs). `now`: the
+ * caller's sov_now_ns() (a clock read less per spinning round). */
+bool sov_spin_pays(uint64_t now);
 void sov_spin_init(void); /* at sov_init */
 
 /* handler.c: HANDLER and NOTIFY strategies */

@@ -27,12 +27,13 @@
 #include "sock.h"
 
 #define READ_EVERY_NS 500000u
-/* Crowded, a read every 4 ms: the waits then sleep anyway, a wait that
+/* Crowded, a read every 16 ms: the waits then sleep anyway, a wait that
  * starts more than 0.5 ms after the last read is the rule rather than the
  * exception (one read of /proc/loadavg per wait was 2 of the 16 system
- * calls of a sleeping round trip), and a crowd that thins out costs at
- * most 4 ms of sleeping instead of spinning. */
-#define READ_EVERY_CROWDED_NS 4000000u
+ * calls of a sleeping round trip; every 4 ms, 32 processes still spent
+ * 1.5 % of the CPUs on it, about 4 us a read), and a crowd that thins out
+ * costs at most 16 ms of sleeping instead of spinning. */
+#define READ_EVERY_CROWDED_NS 16000000u
 
 static _Atomic uint64_t read_at;   /* when `crowded` was last read; 0: never */
 static atomic_bool crowded;        /* more runnable threads than CPUs */
@@ -84,9 +85,8 @@ void sov_spin_init(void)
     runnable_now(); /* opens it: a process's descriptors settle with its setup */
 }
 
-bool sov_spin_pays(void)
+bool sov_spin_pays(uint64_t now)
 {
-    uint64_t now = sov_now_ns();
     uint64_t at = atomic_load_explicit(&read_at, memory_order_relaxed);
     uint64_t every = atomic_load_explicit(&crowded, memory_order_relaxed) ? READ_EVERY_CROWDED_NS
                                                                            : READ_EVERY_NS;

@@ -186,7 +186,7 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
 {
     uint64_t patience = 0;
     if (redirected)
-        patience = sov_spin_pays() ? REDIRECT_PATIENCE_NS : pair_timeout_ns();
+        patience = sov_spin_pays(sov_now_ns()) ? REDIRECT_PATIENCE_NS : pair_timeout_ns();
     struct sov_conn *c = sov_accept_match(l, fd, peer, patience);
     if (!c)
         return -ENOENT;

@@ -48,7 +48,9 @@ static atomic_uint fork_gen;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_key_t key;
 static bool init_done;
-static _Thread_local struct vipl_waiter *mine;
+/* initial-exec: every sleep and wake-up asks (__tls_get_addr was 0.4 % of
+ * a crowded host's CPU); libvipl is loaded with the program or the preload */
+static _Thread_local struct vipl_waiter *mine __attribute__((tls_model("initial-exec")));
 
 static void release(void *p)
 {

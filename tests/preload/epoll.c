@@ -409,6 +409,64 @@ static void added_client(struct p_role *r)
     SYS(close(fd));
 }
 
+/* A thread asleep in epoll_wait on a set of carried sockets alone (it
+ * sleeps on sovia's doorbells, not on the kernel set) wakes when a ready
+ * entry joins the set: a pipe, or a second carried socket. Both are ready
+ * before they join, so nothing else wakes the sleeper; without the ring at
+ * the join it would sleep on until its 100 ms bound. */
+static void two_server(struct p_role *r)
+{
+    int fd[2] = {(int)SYS(accept(r->lfd, NULL, NULL)), (int)SYS(accept(r->lfd, NULL, NULL))};
+    struct pollfd pf[2] = {{.fd = fd[0], .events = POLLIN}, {.fd = fd[1], .events = POLLIN}};
+    CHECK_EQ(poll(pf, 2, 10000), 1); /* the client's byte on the one to answer */
+    int i = pf[0].revents ? 0 : 1;
+    char c;
+    p_read_all(fd[i], &c, 1);
+    p_write_all(fd[i], "0123456789", 10);
+    CHECK_EQ(p_get_int(r), 0);
+    SYS(close(fd[0]));
+    SYS(close(fd[1]));
+}
+
+static void joins_asleep(int ep, int fd, uint64_t tag, const char *what)
+{
+    struct waiter w = {.ep = ep};
+    CHECK_EQ(pthread_create(&w.t, NULL, wait_thread, &w), 0);
+    p_sleep_ms(30); /* asleep by now */
+    double t0 = p_now_ms();
+    SYS(add(ep, fd, EPOLLIN, tag));
+    CHECK_EQ(pthread_join(w.t, NULL), 0);
+    double took = p_now_ms() - t0;
+    if (w.rc != 1 || w.ev.data.u64 != tag || w.ev.events != EPOLLIN || took > 25)
+        FAILF("epoll_wait asleep on a carried socket while a readable %s joined the set: %d, "
+              "tag 0x%llx events 0x%x after %.0f ms; want 1, the %s, EPOLLIN, at once",
+              what, w.rc, (unsigned long long)w.ev.data.u64, w.ev.events, took, what);
+}
+
+static void joins_asleep_client(struct p_role *r)
+{
+    int quiet = p_connect(r->port), fd = p_connect(r->port);
+    int ep = (int)SYS(epoll_create1(0));
+    SYS(add(ep, quiet, EPOLLIN, TAG_INNER));
+    int pp[2];
+    SYS(pipe(pp));
+    p_write_all(pp[1], "x", 1);
+    joins_asleep(ep, pp[0], TAG_PIPE, "pipe");
+    SYS(epoll_ctl(ep, EPOLL_CTL_DEL, pp[0], NULL));
+    p_write_all(fd, "x", 1);
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    CHECK_EQ(poll(&pf, 1, 10000), 1); /* the answer is there */
+    joins_asleep(ep, fd, TAG_SOCK, "carried socket");
+    char buf[10];
+    p_read_all(fd, buf, 10);
+    p_put_int(r, 0);
+    SYS(close(ep));
+    SYS(close(pp[0]));
+    SYS(close(pp[1]));
+    SYS(close(quiet));
+    SYS(close(fd));
+}
+
 /* ---- edge-triggered --------------------------------------------------------- */
 
 static void edge_client(struct p_role *r)
@@ -888,6 +946,7 @@ int main(void)
     p_case("level_all_ready_in_one_wait", feeder_server, all_ready_client, P_CARRIED);
     p_case("level_one_event_turns", feeder_server, turns_client, P_CARRIED);
     p_case("added_while_waiting", feeder_server, added_client, P_CARRIED);
+    p_case("joins_set_asleep_on_doorbells", two_server, joins_asleep_client, P_CARRIED);
     p_case("edge", feeder_server, edge_client, P_CARRIED);
     p_case("rdhup", feeder_server, rdhup_client, P_CARRIED);
     p_case("oneshot", feeder_server, oneshot_client, P_CARRIED);

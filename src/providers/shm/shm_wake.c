@@ -230,7 +230,10 @@ bool shm_cq_wait_drain(struct vipl_cq *ccq)
     }
     bool any = false;
     int n;
-    while ((n = recvmmsg(shm_cq(ccq)->wake_rx, msgs, BATCH, MSG_DONTWAIT, NULL)) > 0) {
+    /* The system call itself: under sovia run, libc's name is the preload
+     * library's wrapper, which would look the descriptor up first. */
+    while ((n = (int)syscall(SYS_recvmmsg, shm_cq(ccq)->wake_rx, msgs, BATCH, MSG_DONTWAIT,
+                             NULL)) > 0) {
         any = true;
         if (n < BATCH)
             break;
