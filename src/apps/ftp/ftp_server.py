@@ -33,6 +33,7 @@ import os
 import re
 import secrets
 import shutil
+import random
 import signal
 import socket
 import subprocess
@@ -72,14 +73,24 @@ def check_available():
 
 def free_port():
     """A TCP port nobody uses now, whose predecessor is free too: active mode
-    ftpd sends from the control port minus one (ftp-data)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+    ftpd sends from the control port minus one (ftp-data). Taken below the
+    ephemeral range and checked on the wildcard without SO_REUSEADDR: with
+    thousands of connections in TIME_WAIT (a host that just ran benchmarks),
+    bind(0)'s port, or the one below it, is often still held."""
+    lo = 20000
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            hi = min(int(f.read().split()[0]), 65536)
+    except (OSError, ValueError, IndexError):
+        hi = 32768
+    if hi - lo < 1000:
+        lo = 1025
+    for _ in range(200):
+        port = random.randrange(lo + 1, hi)
         try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port - 1))
+            for p in (port - 1, port):
+                with socket.socket() as s:
+                    s.bind(("0.0.0.0", p))
             return port
         except OSError:
             continue
