@@ -7,6 +7,7 @@
 
 #include "bench.h"
 
+#include <netinet/in.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -186,6 +187,12 @@ int bench_pick_cpus(int cpus[2]);
 int bench_pin_self(int cpu);
 /* Fork the peer. In the child the peer dies with its parent. */
 pid_t bench_fork_peer(void);
+/* bench_netns.c: the peer's network namespace (SOVIA_BENCH_PEER_NETNS),
+ * entered by the forked peer, 0 or -1; the IPv4 address a role listens at
+ * and the other dials (SOVIA_BENCH_PEER_ADDR / SOVIA_BENCH_DRIVER_ADDR,
+ * default 127.0.0.1). */
+int bench_peer_netns_enter(void);
+struct in_addr bench_addr(enum bench_role role);
 /* Whether the other process is still there (cheap; for spin loops). */
 bool bench_peer_alive(void);
 /* Wait for a child; after timeout_s seconds kill it. Returns its exit code,

@@ -76,7 +76,7 @@ pid_t bench_fork_peer(void)
         parent_pid = driver;
         /* No orphaned peer spinning on a CPU if the driver is killed. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != driver)
+        if (getppid() != driver || bench_peer_netns_enter() != 0)
             _exit(1);
         signal(SIGCHLD, SIG_DFL);
     }

@@ -61,13 +61,14 @@ static int sock_prepare(enum sock_kind kind, void **shared)
         return 0;
     }
     s->addr.sin_family = AF_INET;
-    s->addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    s->addr.sin_addr = bench_addr(BENCH_DRIVER); /* the driver listens */
     s->addr.sin_port = 0; /* ephemeral: no clash with other runs */
     s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s->listen_fd < 0 || bind(s->listen_fd, (struct sockaddr *)&s->addr, sizeof s->addr) ||
         listen(s->listen_fd, 1) ||
         getsockname(s->listen_fd, (struct sockaddr *)&s->addr, &alen)) {
-        fprintf(stderr, "%s: listen on 127.0.0.1: %s\n", kind_name(kind), strerror(errno));
+        fprintf(stderr, "%s: listen on %s: %s\n", kind_name(kind), inet_ntoa(s->addr.sin_addr),
+                strerror(errno));
         if (s->listen_fd >= 0)
             close(s->listen_fd);
         free(s);

@@ -161,13 +161,14 @@ static int set_nodelay(const char *name, int fd)
     return 0;
 }
 
-static struct sockaddr_in loopback(in_port_t port)
+/* The peer's address (127.0.0.1 unless SOVIA_BENCH_PEER_ADDR). */
+static struct sockaddr_in peer_addr(in_port_t port)
 {
     struct sockaddr_in a;
 
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_addr = bench_addr(BENCH_PEER);
     a.sin_port = port;
     return a;
 }
@@ -175,7 +176,7 @@ static struct sockaddr_in loopback(in_port_t port)
 /* Peer: listen on an ephemeral port, publish it, take one connection. */
 static int peer_accept(struct sovia_shared *sh)
 {
-    struct sockaddr_in a = loopback(0);
+    struct sockaddr_in a = peer_addr(0);
     socklen_t alen = sizeof a;
     int lfd, fd;
     const char *what;
@@ -188,7 +189,7 @@ static int peer_accept(struct sovia_shared *sh)
         goto fail;
     }
     if (sov_bind(lfd, (struct sockaddr *)&a, sizeof a) != 0) {
-        what = "sov_bind 127.0.0.1:0";
+        what = "sov_bind (the peer's address, port 0)";
         goto fail;
     }
     if (sov_listen(lfd, 1) != 0) {
@@ -267,7 +268,7 @@ static int driver_connect(struct sovia_shared *sh)
 
     if (read_port(sh, &port) != 0)
         return -1;
-    a = loopback(port);
+    a = peer_addr(port);
     deadline = bench_now() + CONNECT_RETRY_S;
     for (;;) {
         int fd = sov_socket(AF_INET, SOCK_VIA | SOCK_CLOEXEC, 0), err;
@@ -285,7 +286,7 @@ static int driver_connect(struct sovia_shared *sh)
             nanosleep(&(struct timespec){.tv_nsec = CONNECT_RETRY_NS}, NULL);
             continue;
         }
-        fprintf(stderr, "%s: sov_connect 127.0.0.1:%u: %s\n", sh->name,
+        fprintf(stderr, "%s: sov_connect %s:%u: %s\n", sh->name, inet_ntoa(a.sin_addr),
                 (unsigned)ntohs(port), strerror(err));
         return -1;
     }

@@ -17,7 +17,6 @@
 _Static_assert(sizeof(VIP_DESCRIPTOR) % VIP_DESCRIPTOR_ALIGNMENT == 0,
                "descriptors are laid out back to back, 64-byte aligned");
 
-static const VIP_UINT8 loopback[4] = {127, 0, 0, 1};
 
 static const char *error_code_name(int code)
 {
@@ -128,7 +127,8 @@ static int connect_peer(struct vi_ep *ep, struct vi_shared *sh)
 
     if (ep->role == BENCH_PEER) {
         VIP_CONN_HANDLE conn;
-        local = VipxAllocNetAddress(loopback, 4, sh->disc, (VIP_UINT16)strlen(sh->disc));
+        struct in_addr me = bench_addr(BENCH_PEER);
+        local = VipxAllocNetAddress(&me, 4, sh->disc, (VIP_UINT16)strlen(sh->disc));
         /* Room for any peer address: 4 bytes of host, up to 64 of discriminator. */
         remote = calloc(1, sizeof(VIP_NET_ADDRESS) + 4 + 64);
         if (!local || !remote)
@@ -147,8 +147,9 @@ static int connect_peer(struct vi_ep *ep, struct vi_shared *sh)
         char mine[64];
         double deadline = bench_now() + CONNECT_RETRY_S;
         snprintf(mine, sizeof mine, "%s-d", sh->disc);
-        local = VipxAllocNetAddress(loopback, 4, mine, (VIP_UINT16)strlen(mine));
-        remote = VipxAllocNetAddress(loopback, 4, sh->disc, (VIP_UINT16)strlen(sh->disc));
+        struct in_addr me = bench_addr(BENCH_DRIVER), peer = bench_addr(BENCH_PEER);
+        local = VipxAllocNetAddress(&me, 4, mine, (VIP_UINT16)strlen(mine));
+        remote = VipxAllocNetAddress(&peer, 4, sh->disc, (VIP_UINT16)strlen(sh->disc));
         if (!local || !remote)
             goto out;
         for (;;) {

@@ -53,19 +53,20 @@ void sov_addr_set_port(struct sockaddr_storage *a, uint16_t port)
 }
 
 /* The host part of a VI address: the IP address (4 or 16 bytes); an
- * unspecified one (0.0.0.0, ::) becomes loopback: only this host is
- * reachable. Its length. */
-static uint16_t host_bytes(const struct sockaddr *a, uint8_t host[16])
+ * unspecified one (0.0.0.0, ::) becomes loopback (only this host is
+ * reachable) unless `keep_any`: a listener's, which a provider that
+ * reaches other hosts (fabric) listens on at every address. Its length. */
+static uint16_t host_bytes(const struct sockaddr *a, uint8_t host[16], bool keep_any)
 {
     if (a->sa_family == AF_INET) {
         struct in_addr in = ((const struct sockaddr_in *)a)->sin_addr;
-        if (in.s_addr == htonl(INADDR_ANY))
+        if (in.s_addr == htonl(INADDR_ANY) && !keep_any)
             in.s_addr = htonl(INADDR_LOOPBACK);
         memcpy(host, &in, 4);
         return 4;
     }
     struct in6_addr in6 = ((const struct sockaddr_in6 *)a)->sin6_addr;
-    if (IN6_IS_ADDR_UNSPECIFIED(&in6))
+    if (IN6_IS_ADDR_UNSPECIFIED(&in6) && !keep_any)
         in6 = in6addr_loopback;
     memcpy(host, &in6, 16);
     return 16;
@@ -74,10 +75,11 @@ static uint16_t host_bytes(const struct sockaddr *a, uint8_t host[16])
 /* The VI address of a socket address (malloc'd; free()). The
  * discriminator is "sovia" + the port; `kind` 0 is the socket's own, else
  * one more byte (CLAIM_MARK, TICKET_MARK), then the ticket if nonzero. */
-static VIP_NET_ADDRESS *vi_address(const struct sockaddr *a, uint8_t kind, uint32_t ticket)
+static VIP_NET_ADDRESS *vi_address(const struct sockaddr *a, uint8_t kind, uint32_t ticket,
+                                   bool keep_any)
 {
     uint8_t host[16];
-    uint16_t hlen = host_bytes(a, host);
+    uint16_t hlen = host_bytes(a, host, keep_any);
     uint8_t disc[DISC_LEN + 1 + sizeof(ticket)];
     uint16_t port = htons(sov_addr_port(a));
     memcpy(disc, DISC_PREFIX, sizeof(DISC_PREFIX) - 1);
@@ -95,7 +97,12 @@ static VIP_NET_ADDRESS *vi_address(const struct sockaddr *a, uint8_t kind, uint3
 
 VIP_NET_ADDRESS *sov_vi_address(const struct sockaddr *a)
 {
-    return vi_address(a, 0, 0);
+    return vi_address(a, 0, 0, false);
+}
+
+VIP_NET_ADDRESS *sov_vi_listen_address(const struct sockaddr *a)
+{
+    return vi_address(a, 0, 0, true);
 }
 
 #define CLAIM_MARK 'C'
@@ -109,8 +116,8 @@ VIP_NET_ADDRESS *sov_vi_claim_address(const struct sockaddr *server, const struc
                                       uint32_t ticket)
 {
     uint8_t host[16], chost[16];
-    uint16_t hlen = host_bytes(server, host);
-    if (host_bytes(client, chost) != hlen)
+    uint16_t hlen = host_bytes(server, host, false);
+    if (host_bytes(client, chost, false) != hlen)
         return NULL;
     uint8_t disc[DISC_LEN + 1 + sizeof(ticket) + 2 + 16];
     uint16_t port = htons(sov_addr_port(server)), cport = htons(sov_addr_port(client));
@@ -128,7 +135,7 @@ VIP_NET_ADDRESS *sov_vi_claim_address(const struct sockaddr *server, const struc
 
 VIP_NET_ADDRESS *sov_vi_ticket_address(const struct sockaddr *a, uint32_t ticket)
 {
-    return vi_address(a, TICKET_MARK, ticket);
+    return vi_address(a, TICKET_MARK, ticket, false);
 }
 
 static void sockaddr_of(const uint8_t *host, uint16_t hlen, const uint8_t *port,
@@ -281,4 +288,64 @@ bool sov_addr_is_local(const struct sockaddr *a, socklen_t len)
     bool ok = bind(fd, (struct sockaddr *)&tmp, len) == 0;
     VipxFdClose(fd);
     return ok;
+}
+
+static bool is_loopback_or_any(const struct sockaddr *a)
+{
+    if (a->sa_family == AF_INET) {
+        uint32_t in = ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr);
+        return in == INADDR_ANY || (in >> 24) == 127;
+    }
+    const struct in6_addr *in6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+    return IN6_IS_ADDR_UNSPECIFIED(in6) || IN6_IS_ADDR_LOOPBACK(in6) ||
+           (IN6_IS_ADDR_V4MAPPED(in6) && in6->s6_addr[12] == 127);
+}
+
+/* The address the kernel would send from to reach `peer`: that of a
+ * datagram socket connected to it (connect sends nothing). */
+static int route_source(const struct sockaddr *peer, struct sockaddr_storage *out)
+{
+    socklen_t plen = family_len(peer->sa_family), olen = sizeof(*out);
+    VipxFdCreateBegin();
+    int fd = VipxFdAdopt(socket(peer->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    VipxFdCreateEnd();
+    if (fd < 0)
+        return -errno;
+    struct sockaddr_storage to;
+    memcpy(&to, peer, plen);
+    sov_addr_set_port(&to, 9); /* any nonzero port: 0 is refused */
+    int err = connect(fd, (struct sockaddr *)&to, plen) == 0 &&
+                      getsockname(fd, (struct sockaddr *)out, &olen) == 0
+                  ? 0
+                  : -errno;
+    VipxFdClose(fd);
+    return err;
+}
+
+int sov_addr_fill_source(struct sockaddr_storage *local, const struct sockaddr *peer)
+{
+    bool any = local->ss_family == AF_INET
+                   ? ((struct sockaddr_in *)local)->sin_addr.s_addr == htonl(INADDR_ANY)
+                   : IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)local)->sin6_addr);
+    if (!any || peer->sa_family != local->ss_family)
+        return 0;
+    uint16_t port = sov_addr_port((struct sockaddr *)local);
+    if (is_loopback_or_any(peer)) {
+        /* As the kernel chooses for local routes: the destination itself
+         * (0.0.0.0 / :: reach loopback). */
+        uint8_t host[16];
+        host_bytes(peer, host, false);
+        if (local->ss_family == AF_INET)
+            memcpy(&((struct sockaddr_in *)local)->sin_addr, host, 4);
+        else
+            memcpy(&((struct sockaddr_in6 *)local)->sin6_addr, host, 16);
+    } else {
+        struct sockaddr_storage src;
+        int err = route_source(peer, &src);
+        if (err)
+            return err;
+        memcpy(local, &src, family_len(local->ss_family));
+    }
+    sov_addr_set_port(local, port);
+    return 0;
 }

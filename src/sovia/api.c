@@ -211,13 +211,13 @@ SOV_EXPORT int sov_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, in
     n->kind = SK_CONNECTED;
     n->local = local;
     n->local_len = local_len;
-    if (local.ss_family == AF_INET &&
-        ((struct sockaddr_in *)&local)->sin_addr.s_addr == htonl(INADDR_ANY))
-        ((struct sockaddr_in *)&n->local)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (local.ss_family == AF_INET6 &&
-        IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&local)->sin6_addr))
-        ((struct sockaddr_in6 *)&n->local)->sin6_addr = in6addr_loopback;
     n->peer = peer;
+    /* Bound to any address: the one that reaches the peer (loopback on
+     * this host). */
+    if (sov_addr_fill_source(&n->local, (struct sockaddr *)&peer) != 0) {
+        struct sockaddr_storage any = {.ss_family = (sa_family_t)domain};
+        sov_addr_fill_source(&n->local, (struct sockaddr *)&any); /* loopback */
+    }
     n->peer_len = peer_len;
     sov_conn_established(n);
     sov_sock_unlock(n);

@@ -294,9 +294,15 @@ static int post(struct sov_conn *c, enum sov_pkt type, uint32_t extra, const voi
         return send_lost(c);
     /* The caller's memory (registered sends) is free only once the send
      * completed: the shm provider completes it inside VipPostSend, a
-     * provider with a real NIC later. */
-    while (!(__atomic_load_n(&d->CS.Status, __ATOMIC_ACQUIRE) & VIP_STATUS_DONE))
-        __builtin_ia32_pause();
+     * provider with a real NIC later, and one with manual progress
+     * (fabric:tcp) only while its queue is read: VipSendDone reads it
+     * (sends complete in order, so what it returns is ours to reap). */
+    while (!(__atomic_load_n(&d->CS.Status, __ATOMIC_ACQUIRE) & VIP_STATUS_DONE)) {
+        if (VipSendDone(c->vi, &done) == VIP_SUCCESS)
+            c->s_reaped++;
+        else
+            __builtin_ia32_pause();
+    }
     if (d->CS.Status & VIP_STATUS_ERROR_MASK)
         return send_lost(c);
     if (acking)
@@ -458,17 +464,11 @@ int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len)
             return err;
         s->bound = true;
     }
-    /* The source address of a connection to this host is the destination
-     * address itself, as the kernel chooses it for local routes. */
-    uint16_t port = sov_addr_port((struct sockaddr *)&s->local);
-    if (s->local.ss_family == AF_INET &&
-        ((struct sockaddr_in *)&s->local)->sin_addr.s_addr == htonl(INADDR_ANY))
-        ((struct sockaddr_in *)&s->local)->sin_addr = ((const struct sockaddr_in *)to)->sin_addr;
-    if (s->local.ss_family == AF_INET6 &&
-        IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&s->local)->sin6_addr))
-        ((struct sockaddr_in6 *)&s->local)->sin6_addr =
-            ((const struct sockaddr_in6 *)to)->sin6_addr;
-    sov_addr_set_port(&s->local, port);
+    /* The source address: the destination itself on this host, as the
+     * kernel chooses it for local routes; the route's towards another. */
+    err = sov_addr_fill_source(&s->local, to);
+    if (err)
+        return err;
     struct connect_job *j = calloc(1, sizeof(*j));
     if (!j)
         return -ENOMEM;
@@ -796,7 +796,7 @@ int sov_listen_start(struct sov_sock *s, int backlog, bool transparent, uint32_t
     l->q = calloc(l->cap, sizeof(*l->q));
     l->est = calloc(l->cap, sizeof(*l->est));
     l->addr = ticket ? sov_vi_ticket_address((struct sockaddr *)&s->local, ticket)
-                     : sov_vi_address((struct sockaddr *)&s->local);
+                     : sov_vi_listen_address((struct sockaddr *)&s->local);
     l->remote = calloc(1, sizeof(VIP_NET_ADDRESS) + 16 + 64);
     l->owner = getpid();
     l->ticketed = ticket != 0;

@@ -443,6 +443,13 @@ uint16_t sov_addr_port(const struct sockaddr *a);
 bool sov_addr_is_local(const struct sockaddr *a, socklen_t len);
 void sov_addr_set_port(struct sockaddr_storage *a, uint16_t port);
 VIP_NET_ADDRESS *sov_vi_address(const struct sockaddr *a);
+/* A listener's: 0.0.0.0 / :: stay (any address), where sov_vi_address
+ * makes them loopback. */
+VIP_NET_ADDRESS *sov_vi_listen_address(const struct sockaddr *a);
+/* If `local`'s address is unspecified, the one the kernel would use to
+ * reach `peer` (its port kept): the peer itself on loopback, else the
+ * route's source. 0, or -ENETUNREACH etc. when there is no route. */
+int sov_addr_fill_source(struct sockaddr_storage *local, const struct sockaddr *peer);
 /* sovia run: the address a claim comes from (see sov_claim), naming the
  * accepted connection's two ends, and the test, which gives them back with
  * the claimant's ticket (0: none). A ticket's address is where that

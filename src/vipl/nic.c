@@ -20,10 +20,21 @@ static void release_nic(struct vipl_nic *nic)
     vipl_pool_put(&nic_pool, nic);
 }
 
+/* The device a NULL or empty name opens: SOVIA_PROVIDER ("shm", "fabric",
+ * "fabric:<name>"), or its older name SOVIA_VIPL_DEVICE; NULL: the first
+ * provider (shm). */
+static const char *env_device(void)
+{
+    const char *d = getenv("SOVIA_PROVIDER");
+    if (!d || !*d)
+        d = getenv("SOVIA_VIPL_DEVICE");
+    return d && *d ? d : NULL;
+}
+
 const struct vipl_provider *vipl_find_provider(const char *device)
 {
     if (!device || !*device)
-        device = getenv("SOVIA_VIPL_DEVICE");
+        device = env_device();
     if (!device || !*device)
         return vipl_providers[0];
     /* "fabric:tcp": the provider "fabric", which reads the rest itself. */
@@ -44,7 +55,7 @@ VIPL_EXPORT VIP_RETURN VipOpenNic(const VIP_CHAR *DeviceName, VIP_NIC_HANDLE *Ni
     const struct vipl_provider *prov = vipl_find_provider(DeviceName);
     if (!prov)
         return VIP_INVALID_PARAMETER;
-    const char *device = DeviceName && *DeviceName ? DeviceName : getenv("SOVIA_VIPL_DEVICE");
+    const char *device = DeviceName && *DeviceName ? DeviceName : env_device();
     if (device && strlen(device) >= sizeof(((struct vipl_nic *)0)->device))
         return VIP_INVALID_PARAMETER;
     struct vipl_nic *nic = vipl_pool_get(&nic_pool);

@@ -355,14 +355,20 @@ static void refused_solo(int chan, void *arg)
     CHECK_ERR(sov_connect(fd6, (struct sockaddr *)&a6, sizeof a6), ECONNREFUSED);
     SYS(sov_close(fd6));
 
-    /* Another host: the shm provider reaches only this one. */
-    int fd = s_socket(AF_INET, 0);
-    s_addr4(&a, 80);
-    a.sin_addr.s_addr = htonl(0xc0000201);
-    s_guard(5000, "sov_connect to another host");
-    CHECK_ERR(sov_connect(fd, (struct sockaddr *)&a, sizeof a), ENETUNREACH);
-    s_unguard();
-    SYS(sov_close(fd));
+    /* Another host: the shm provider reaches only this one (the fabric
+     * provider reaches it: tests/sovia/hosts.c). */
+    const char *prov = getenv("SOVIA_PROVIDER");
+    if (!prov || !*prov)
+        prov = getenv("SOVIA_VIPL_DEVICE");
+    if (!prov || strncmp(prov, "fabric", 6) != 0) {
+        int fd = s_socket(AF_INET, 0);
+        s_addr4(&a, 80);
+        a.sin_addr.s_addr = htonl(0xc0000201);
+        s_guard(5000, "sov_connect to another host");
+        CHECK_ERR(sov_connect(fd, (struct sockaddr *)&a, sizeof a), ENETUNREACH);
+        s_unguard();
+        SYS(sov_close(fd));
+    }
     SYS(sov_close(bound));
 }
 

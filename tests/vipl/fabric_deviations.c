@@ -1,7 +1,7 @@
 /*
  * fabric_deviations: where the fabric provider (libfabric, here tcp on
  * 127.0.0.1) differs from shm, each as docs/VIPL.md "fabric" states it.
- * Runs only over fabric (SOVIA_VIPL_DEVICE=fabric:tcp, label fabric).
+ * Runs only over fabric (SOVIA_PROVIDER=fabric:tcp, label fabric).
  *   1. no pre-posting constraint: a send into an empty receive queue
  *      completes, the VI stays CONNECTED on both sides, and the message
  *      lands in the next receive the peer posts (shm: TRANSPORT_ERROR and
@@ -170,7 +170,7 @@ static void run(VIP_NIC_HANDLE nic, int c, h_peer *p)
 int main(void)
 {
     h_init("fabric_deviations", 60);
-    CHECK_MSG(h_fabric(), "runs over the fabric provider only (SOVIA_VIPL_DEVICE=fabric:tcp)");
+    CHECK_MSG(h_fabric(), "runs over the fabric provider only (SOVIA_PROVIDER=fabric:tcp)");
     h_peer peers[NCASES];
     for (int c = 0; c < NCASES; c++) {
         h_disc(srv[c], sizeof srv[c]);

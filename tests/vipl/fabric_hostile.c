@@ -200,7 +200,7 @@ static void peer(int fd, void *arg)
 int main(void)
 {
     h_init("fabric_hostile", 60);
-    CHECK_MSG(h_fabric(), "runs over the fabric provider only (SOVIA_VIPL_DEVICE=fabric:tcp)");
+    CHECK_MSG(h_fabric(), "runs over the fabric provider only (SOVIA_PROVIDER=fabric:tcp)");
     h_disc(srv_cm, sizeof srv_cm);
     h_disc(srv_acc, sizeof srv_acc);
     h_disc(cli, sizeof cli);

@@ -4,7 +4,7 @@
  *   test_vipl_fabric_netns server|client <IPv4 of the server> <discriminator>
  * The client sends messages of 0 B to 64 KiB with immediate data, the
  * server echoes each, the client checks every byte and disconnects; the
- * server then sees its VI leave CONNECTED. Over SOVIA_VIPL_DEVICE (fabric:tcp).
+ * server then sees its VI leave CONNECTED. Over SOVIA_PROVIDER (fabric:tcp).
  */
 #include "harness.h"
 

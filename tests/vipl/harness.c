@@ -668,7 +668,9 @@ void h_post_send1(VIP_VI_HANDLE vi, h_descs *d, unsigned i, const void *buf,
 
 int h_fabric(void)
 {
-    const char *d = getenv("SOVIA_VIPL_DEVICE");
+    const char *d = getenv("SOVIA_PROVIDER");
+    if (!d || !*d)
+        d = getenv("SOVIA_VIPL_DEVICE"); /* its older name */
     return d && strncmp(d, "fabric", 6) == 0;
 }
 

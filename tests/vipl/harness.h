@@ -227,7 +227,7 @@ void h_post_recv1(VIP_VI_HANDLE vi, h_descs *d, unsigned i, const void *buf,
 void h_post_send1(VIP_VI_HANDLE vi, h_descs *d, unsigned i, const void *buf,
                   VIP_MEM_HANDLE mh, VIP_UINT32 len, VIP_UINT16 control, VIP_UINT32 imm);
 
-/* Whether the tests run over the fabric provider (SOVIA_VIPL_DEVICE=fabric...):
+/* Whether the tests run over the fabric provider (SOVIA_PROVIDER=fabric...):
  * its deviations from shm are docs/VIPL.md's "fabric" section. */
 int h_fabric(void);
 /* VipSendDone, which must succeed at once (sends complete inside VipPostSend);

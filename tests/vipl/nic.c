@@ -40,7 +40,12 @@ static void test_open_names(void)
     static const char *good[] = {NULL, "", "shm", "shm0"};
     static const char *bad[] = {"shm1", "bogus", "SHM0", "shm0x", "shm ", "libfabric"};
     VIP_NIC_HANDLE nic;
+    /* The run's own choice (vipl_fabric/nic sets one) is put back at the end. */
+    char *saved_prov = getenv("SOVIA_PROVIDER"), *saved_dev = getenv("SOVIA_VIPL_DEVICE");
+    saved_prov = saved_prov ? strdup(saved_prov) : NULL;
+    saved_dev = saved_dev ? strdup(saved_dev) : NULL;
 
+    unsetenv("SOVIA_PROVIDER");
     unsetenv("SOVIA_VIPL_DEVICE");
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         nic = NULL;
@@ -71,7 +76,25 @@ static void test_open_names(void)
     CHECK(setenv("SOVIA_VIPL_DEVICE", "shm0", 1) == 0);
     CHECK_OK(VipOpenNic("", &nic));
     CHECK_OK(VipCloseNic(nic));
+
+    /* SOVIA_PROVIDER is the documented name and wins over the old one. */
+    CHECK(setenv("SOVIA_PROVIDER", "bogus", 1) == 0);
+    CHECK_RET(VipOpenNic(NULL, &nic), VIP_INVALID_PARAMETER);
+    CHECK(setenv("SOVIA_PROVIDER", "shm", 1) == 0);
+    CHECK(setenv("SOVIA_VIPL_DEVICE", "bogus", 1) == 0);
+    CHECK_OK(VipOpenNic(NULL, &nic));
+    CHECK_OK(VipCloseNic(nic));
+    CHECK(setenv("SOVIA_PROVIDER", "", 1) == 0); /* empty: not set */
+    CHECK_RET(VipOpenNic(NULL, &nic), VIP_INVALID_PARAMETER);
+
+    unsetenv("SOVIA_PROVIDER");
     unsetenv("SOVIA_VIPL_DEVICE");
+    if (saved_prov)
+        setenv("SOVIA_PROVIDER", saved_prov, 1);
+    if (saved_dev)
+        setenv("SOVIA_VIPL_DEVICE", saved_dev, 1);
+    free(saved_prov);
+    free(saved_dev);
 }
 
 static void test_independent_instances(void)

@@ -67,7 +67,7 @@ def main():
             ip("-n", ns, "addr", "add", f"{addr}/30", "dev", dev)
             ip("-n", ns, "link", "set", dev, "up")
             ip("-n", ns, "link", "set", "lo", "up")
-        env = dict(os.environ, SOVIA_VIPL_DEVICE="fabric:tcp")
+        env = dict(os.environ, SOVIA_PROVIDER="fabric:tcp")
         disc = f"netns-{tag}"
         server = subprocess.Popen(["ip", "netns", "exec", ns_b, prog, "server", addr_b, disc],
                                   env=env)

@@ -85,7 +85,11 @@ struct fab_cqx {
     struct fid_cq *cq;     /* NULL until a VI of some tag binds to it */
     struct fid_domain *domain;
     pthread_mutex_t lock;
-    int fd; /* FI_WAIT_FD, or -1 */
+    int fd; /* FI_WAIT_FD (a VIPL CQ's: outer), or -1 */
+    /* A VIPL CQ's descriptor from its creation, before any VI binds it to a
+     * domain (sovia polls its CQ before it has a connection): an epoll set
+     * that the fi_cq's wait object joins once it exists. -1: none. */
+    int outer;
     struct fid_fabric *fabric;
     /* VIPL CQ notices: (VI, receive queue?) in completion order */
     struct fab_notice {

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 
 #include "fabric.h"
 
@@ -21,6 +22,11 @@ VIP_RETURN fab_create_cq(struct vipl_cq *ccq)
     struct fab_cq *cq = fab_cq(ccq);
     if (fab_cqx_init(fab_nic(ccq->nic), &cq->x, (uint32_t)ccq->entries) != 0)
         return VIP_ERROR_RESOURCE;
+    cq->x.outer = cq->x.fd = vipl_fd_epoll(EPOLL_CLOEXEC);
+    if (cq->x.outer < 0) {
+        fab_cqx_close(&cq->x);
+        return VIP_ERROR_RESOURCE;
+    }
     return VIP_SUCCESS;
 }
 

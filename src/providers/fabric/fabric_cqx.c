@@ -12,13 +12,14 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 
 #include "fabric.h"
 
 int fab_cqx_init(struct fab_nic *fn, struct fab_cqx *x, uint32_t notices)
 {
     memset(x, 0, sizeof(*x));
-    x->fd = -1;
+    x->fd = x->outer = -1;
     x->fabric = fn->fabric;
     if (notices) {
         x->notices = calloc(notices, sizeof(*x->notices));
@@ -41,13 +42,23 @@ int fab_cqx_bind(struct fab_cqx *x, struct fid_domain *domain)
         struct fi_cq_attr attr = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD,
                                   .size = FAB_DEPTH_MAX * 2};
         struct fid_cq *cq = NULL;
+        int wfd = -1;
         r = fi_cq_open(domain, &attr, &cq, NULL);
         if (r == -FI_ENOSYS || r == -FI_EINVAL) { /* no wait object: we poll it */
             attr.wait_obj = FI_WAIT_NONE;
             r = fi_cq_open(domain, &attr, &cq, NULL);
-        } else if (r == 0 && fi_control(&cq->fid, FI_GETWAIT, &x->fd) != 0) {
-            x->fd = -1;
+        } else if (r == 0 && fi_control(&cq->fid, FI_GETWAIT, &wfd) != 0) {
+            wfd = -1;
         }
+        if (r == 0 && x->outer >= 0 && wfd >= 0) {
+            struct epoll_event ev = {.events = EPOLLIN};
+            if (epoll_ctl(x->outer, EPOLL_CTL_ADD, wfd, &ev) != 0) {
+                fi_close(&cq->fid); /* the CQ's descriptor would never wake */
+                r = -EINVAL;
+            }
+        } else if (r == 0 && x->outer < 0) {
+            x->fd = wfd;
+        } /* else the outer set stays empty: sleeps end at their bound */
         if (r == 0) {
             x->domain = domain;
             __atomic_store_n(&x->cq, cq, __ATOMIC_RELEASE);
@@ -64,6 +75,9 @@ void fab_cqx_close(struct fab_cqx *x)
     x->cq = NULL;
     x->domain = NULL;
     x->fd = -1;
+    if (x->outer >= 0)
+        VipxFdClose(x->outer);
+    x->outer = -1;
     free(x->notices);
     x->notices = NULL;
     pthread_mutex_destroy(&x->lock);

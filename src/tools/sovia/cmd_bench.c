@@ -268,6 +268,12 @@ static void bench_usage(FILE *f)
         fprintf(f, " %s%s", labels[i], i % 5 == 4 && labels[i + 1] ? "\n " : "");
     fprintf(f, "\n"
                "\n"
+               "Across two hosts (lat, bw, sweep, idle; tcp, vi*, sovia*): SOVIA_BENCH_PEER_NETNS\n"
+               "names the network namespace the peer enters (scripts/cluster.sh's\n"
+               "<cluster>-2), SOVIA_BENCH_PEER_ADDR / SOVIA_BENCH_DRIVER_ADDR the IPv4\n"
+               "addresses each listens at (default 127.0.0.1); SOVIA_PROVIDER=fabric:tcp\n"
+               "carries vi and sovia between them (docs/CLUSTER.md).\n"
+               "\n"
                "Run 'sovia bench <mode> --help' for a mode's options.\n"
                "Exit status: 0 ok, 1 the run failed, 2 bad usage, 3 transport unavailable.\n");
 }

@@ -1,0 +1,55 @@
+/*
+ * bench_netns.c - the driver and the peer on two "hosts": network
+ * namespaces of one machine (scripts/cluster.sh), or, with the same
+ * variables, whatever namespace the peer is told to enter.
+ *
+ * SOVIA_BENCH_PEER_NETNS names the namespace the forked peer enters (a
+ * name under /run/netns, as `ip netns` makes them, or a path);
+ * SOVIA_BENCH_PEER_ADDR and SOVIA_BENCH_DRIVER_ADDR are the IPv4
+ * addresses each side listens at and the other dials (default 127.0.0.1).
+ * The tcp, sovia and vi transports use them; the provider vi and sovia
+ * run over is SOVIA_PROVIDER's (fabric:tcp between namespaces).
+ */
+#include "bench_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int bench_peer_netns_enter(void)
+{
+    const char *ns = getenv("SOVIA_BENCH_PEER_NETNS");
+    if (!ns || !*ns)
+        return 0;
+    char path[512];
+    if (strchr(ns, '/'))
+        snprintf(path, sizeof path, "%s", ns);
+    else
+        snprintf(path, sizeof path, "/run/netns/%s", ns);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+        fprintf(stderr, "sovia bench: entering network namespace %s: %s\n", path,
+                strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+struct in_addr bench_addr(enum bench_role role)
+{
+    const char *v = getenv(role == BENCH_PEER ? "SOVIA_BENCH_PEER_ADDR" : "SOVIA_BENCH_DRIVER_ADDR");
+    struct in_addr a = {.s_addr = htonl(INADDR_LOOPBACK)};
+    if (v && *v && inet_pton(AF_INET, v, &a) != 1) {
+        fprintf(stderr, "sovia bench: ignoring %s address '%s' (not IPv4)\n",
+                role == BENCH_PEER ? "the peer" : "the driver", v);
+        a.s_addr = htonl(INADDR_LOOPBACK);
+    }
+    return a;
+}
