@@ -522,14 +522,29 @@ void sov_after_fork_child(void)
     sov_g.closing = NULL;
     sov_g.pairing = NULL;
     /* Bytes written before a client answered are the parent's to send,
-     * unless they are in the connection's record, shared by both. */
+     * unless they are in the connection's record, shared by both. A
+     * socket's wait_lock is also taken by the parent's connection threads
+     * (a listener's queue) and the agent's nudges: one held at the fork
+     * hung the child's accept on an inherited listener, and a sleeper's
+     * count in `cond` would hang the child's first broadcast
+     * (tests/preload/forkstress.c). */
+    bool holds_vis = atomic_load(&sov_g.open_conns) > 0;
     for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {
         struct sov_sock *s = sov_lookup(fd);
-        if (s && s->conn && !s->conn->rec)
+        if (!s)
+            continue;
+        pthread_mutex_init(&s->wait_lock, NULL);
+        pthread_cond_init(&s->cond, NULL);
+        if (s->conn && !s->conn->rec)
             s->conn->early_len = 0;
+        holds_vis |= s->conn != NULL;
     }
     sov_shared_forked(true);
-    if (sov_g.nic && atomic_load(&sov_g.open_conns))
+    /* Every VI of the parent's NIC the child holds, counted open or not
+     * (a connection still pairing, unpaired), needs the NIC's locks made
+     * new: the child's exit closed such a connection, and hung on the
+     * provider's lock a parent's thread held at the fork. */
+    if (sov_g.nic && holds_vis)
         VipxNicAfterFork(sov_g.nic);
     else if (sov_g.nic) /* the parent's listening must not outlive it here */
         VipxNicLeaveListening(sov_g.nic);

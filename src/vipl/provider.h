@@ -320,6 +320,8 @@ int vipl_fd_dup(int fd); /* F_DUPFD_CLOEXEC */
 /* Pinned: VipxFdClose leaves it open until it is unpinned (a descriptor
  * many connections share, closed by its last user). 0 or -ENOMEM. */
 int vipl_fd_pin(int fd, bool pin);
+/* A close in a fork handler of vipl's, past the preload's close(). */
+void vipl_fd_close_forked(int fd);
 struct msghdr;
 /* Adopts the SCM_RIGHTS descriptors; those from index fork_close_from on
  * (UINT_MAX: none) are closed in a forked child (another process's
