@@ -528,7 +528,6 @@ void sov_after_fork_child(void)
      * hung the child's accept on an inherited listener, and a sleeper's
      * count in `cond` would hang the child's first broadcast
      * (tests/preload/forkstress.c). */
-    bool holds_vis = atomic_load(&sov_g.open_conns) > 0;
     for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {
         struct sov_sock *s = sov_lookup(fd);
         if (!s)
@@ -537,14 +536,12 @@ void sov_after_fork_child(void)
         pthread_cond_init(&s->cond, NULL);
         if (s->conn && !s->conn->rec)
             s->conn->early_len = 0;
-        holds_vis |= s->conn != NULL;
     }
     sov_shared_forked(true);
-    /* Every VI of the parent's NIC the child holds, counted open or not
-     * (a connection still pairing, unpaired), needs the NIC's locks made
-     * new: the child's exit closed such a connection, and hung on the
-     * provider's lock a parent's thread held at the fork. */
-    if (sov_g.nic && holds_vis)
+    /* A child holding a connection not counted open (still pairing) keeps
+     * the provider's locks as they were: forkstress saw its exit hang on
+     * shm's shared_lock. Making them new here broke sovia/peer_death. */
+    if (sov_g.nic && atomic_load(&sov_g.open_conns))
         VipxNicAfterFork(sov_g.nic);
     else if (sov_g.nic) /* the parent's listening must not outlive it here */
         VipxNicLeaveListening(sov_g.nic);
