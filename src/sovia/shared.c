@@ -349,6 +349,11 @@ static bool early_from_record(struct sov_conn *c)
     return true;
 }
 
+bool sov_shared_own_early(struct sov_conn *c)
+{
+    return !c->rec || c->early != early_area(c) || early_from_record(c);
+}
+
 static void unmap(struct sov_conn *c)
 {
     if (c->early == early_area(c)) { /* a holder letting go: the others keep them */

@@ -387,6 +387,10 @@ static int follow_redirect(struct sov_sock *s)
     if (getsockname(s->fd, (struct sockaddr *)&local, &llen) != 0 ||
         getpeername(s->fd, (struct sockaddr *)&peer, &plen) != 0)
         return -errno;
+    /* Early bytes in a shared connection's record (written before a
+     * fork) come out of it first: the record goes with the old VI. */
+    if (!sov_shared_own_early(old))
+        return -ENOMEM;
     int err;
     struct sov_conn *c = sov_conn_create(&s->cfg, &err);
     if (!c)
@@ -402,6 +406,12 @@ static int follow_redirect(struct sov_sock *s)
     c->early_len = old->early_len;
     old->early = NULL;
     old->early_len = 0;
+    /* The old record's section ends before the record goes (the other
+     * holders see no early bytes left, and its lock free): destroyed
+     * inside it, the record was unmapped under the section, and the
+     * unlock read the freed connection (forkstress: SIGSEGV). */
+    if (s->rec_entered)
+        sov_shared_leave(s);
     s->conn = c; /* under the lock: see detach_conn */
     sov_conn_destroy(old);
     atomic_fetch_add(&sov_g.tp_redirected, 1);
