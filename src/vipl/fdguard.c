@@ -368,11 +368,14 @@ static void before_fork(void)
  * preload's close() takes locks of its own (its listeners, epoll sets)
  * that a parent's thread may have held at the fork, and its handler, which
  * makes them new, runs after vipl's (tests/preload/forkstress.c: a child
- * hung here in the preload's listener_drop). */
+ * hung here in the preload's listener_drop). Still marked ours while it
+ * closes: the preload's syscall() sends a close of any other descriptor
+ * to its close() (a child hung there so, in shadows_lock). The child has
+ * one thread: the number cannot change hands before the mark goes. */
 void vipl_fd_close_forked(int fd)
 {
-    mark(fd, false);
     syscall(SYS_close, fd);
+    mark(fd, false);
 }
 
 /* A forked child has one thread: brackets of the others never end there.
