@@ -538,13 +538,18 @@ void sov_after_fork_child(void)
             s->conn->early_len = 0;
     }
     sov_shared_forked(true);
-    /* A child holding a connection not counted open (still pairing) keeps
-     * the provider's locks as they were: forkstress saw its exit hang on
-     * shm's shared_lock. Making them new here broke sovia/peer_death. */
-    if (sov_g.nic && atomic_load(&sov_g.open_conns))
+    /* A child holding only connections not counted open (still pairing:
+     * the parent's business) only closes them: the NIC's locks are made
+     * new (a parent's thread held shm's shared_lock at the fork, and the
+     * child's exit hung on it: forkstress); the provider's threads are
+     * not restarted (that broke sovia/peer_death: the observer saw its
+     * peer's death 2.3 s late). */
+    if (sov_g.nic && atomic_load(&sov_g.open_conns)) {
         VipxNicAfterFork(sov_g.nic);
-    else if (sov_g.nic) /* the parent's listening must not outlive it here */
+    } else if (sov_g.nic) { /* the parent's listening must not outlive it here */
+        VipxNicForkLocks(sov_g.nic);
         VipxNicLeaveListening(sov_g.nic);
+    }
     if (atomic_load(&sov_g.open_conns) == 0 && !sov_g.pairing) {
         /* Nothing of the parent's to keep using: the next connection gets a
          * NIC and CQ of this process (the parent's are left alone). */

@@ -236,7 +236,8 @@ struct vipl_provider {
     int (*cq_sleep_bound)(struct vipl_cq *cq);
 
     /* Connections held by several processes (VipxViShare & co.). */
-    void (*after_fork)(struct vipl_nic *nic);   /* in the child */
+    void (*fork_locks)(struct vipl_nic *nic);   /* in the child: its locks made new */
+    void (*after_fork)(struct vipl_nic *nic);   /* in the child, after fork_locks */
     void (*leave_listening)(struct vipl_nic *nic); /* in the child: close its listener copies */
     VIP_RETURN (*share_vi)(struct vipl_vi *vi);  /* connected VIs only */
     VIP_RETURN (*nudge_vi)(struct vipl_vi *vi);  /* connected VIs only */
