@@ -398,6 +398,14 @@ static void reap_holders(struct sov_rec *r)
     }
 }
 
+bool sov_shared_others(struct sov_conn *c)
+{
+    if (!c->rec)
+        return false;
+    reap_holders(c->rec);
+    return atomic_load(&c->rec->holders) > 1;
+}
+
 void sov_shared_enter(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;

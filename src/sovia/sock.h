@@ -488,6 +488,8 @@ void sov_shared_drop(struct sov_conn *c);
 /* The early bytes out of the record into memory of this process (a
  * holder taking them elsewhere); false: no memory. */
 bool sov_shared_own_early(struct sov_conn *c);
+/* Inside a section: whether another live process holds the connection. */
+bool sov_shared_others(struct sov_conn *c);
 void sov_shared_fork(struct sov_conn *c);
 void sov_shared_forked(bool child); /* after fork, in both processes */
 int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,

@@ -310,6 +310,13 @@ void sov_tp_close_settle(struct sov_sock *s, bool abortive)
 {
     if (abortive || !s->conn)
         return;
+    /* A connection another process holds too (it was pairing at a fork)
+     * is that holder's to pair, early bytes and all (they stay in the
+     * record): a forked child's exit wrote them to the kernel socket while
+     * its parent paired, the server fell back and reset the VI, and the
+     * parent's client fell back too (forkstress). */
+    if (sov_shared_others(s->conn))
+        return;
     bool client = s->conn->tentative_since_ns != 0;
     if (client && !s->conn->early_len)
         return;
