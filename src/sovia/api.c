@@ -494,10 +494,12 @@ void sov_before_fork(void)
 
 void sov_after_fork_parent(void)
 {
+    /* Before the sockets are unlocked: the program's threads close them
+     * and change s->conn then (ThreadSanitizer, forkstress). */
+    sov_shared_forked(false);
     pthread_mutex_unlock(&sov_g.lock);
     sov_table_fork_lock(false);
     fork_unlock_sockets();
-    sov_shared_forked(false);
 }
 
 /* In a forked child: the parent's threads are gone; they start again when
