@@ -24,6 +24,8 @@
  * fails naming the child's kind: it hung), and its exit record must say
  * that no connection fell back (after the 1 s pairing timeout: a hang in
  * disguise) and, for the connecting kinds, that it was carried.
+ * FORKSTRESS_GDB=DIR writes a hung child's stacks to DIR before it is
+ * killed.
  */
 #include "pharness.h"
 
@@ -51,6 +53,7 @@ enum kind { CONNECT_SERVER, CONNECT_PARENT, ACCEPT_CLAIM, KINDS };
 static const char *const kind_name[KINDS] = {"connect_server", "connect_parent", "accept_claim"};
 
 static int server_port, parent_port, claim_lfd, claim_port;
+static unsigned kinds = KINDS; /* the case's: the first `kinds` of enum kind */
 static atomic_bool stopping;
 static atomic_int churn_failures;
 
@@ -98,14 +101,15 @@ static const char *exchange(int fd, uint64_t seed, double deadline)
     return memcmp(in, out, sizeof in) ? "echo differs" : "";
 }
 
-/* Echoes until end of stream (or the deadline). */
-static bool echo(int fd, double deadline)
+/* Echoes until end of stream (or the deadline); *echoed: how many bytes. */
+static bool echo(int fd, double deadline, size_t *echoed)
 {
     char buf[4096];
-    for (;;) {
+    ssize_t n = 0;
+    for (*echoed = 0;; *echoed += (size_t)(n > 0 ? n : 0)) {
         if (!wait_io(fd, POLLIN, deadline))
             return false;
-        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
         if (n == 0)
             return true;
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -131,7 +135,8 @@ static int connect_to(int port)
 static void *echo_thread(void *arg)
 {
     int fd = (int)(intptr_t)arg;
-    echo(fd, p_now_ms() + 30000);
+    size_t echoed;
+    echo(fd, p_now_ms() + 30000, &echoed);
     close(fd);
     return NULL;
 }
@@ -196,10 +201,11 @@ static void *claim_client(void *arg)
 {
     uint64_t seed = (uintptr_t)arg;
     int fd = connect_to(claim_port);
-    if (fd >= 0) {
-        exchange(fd, seed, p_now_ms() + CHILD_BOUND_MS); /* the child judges */
+    const char *why = fd < 0 ? "connect" : exchange(fd, seed, p_now_ms() + CHILD_BOUND_MS);
+    if (*why) /* the child judges; this says what its client saw */
+        p_log("note: claim client %u: %s (%s)", (unsigned)seed, why, p_errname(errno));
+    if (fd >= 0)
         close(fd);
-    }
     return NULL;
 }
 
@@ -224,7 +230,10 @@ __attribute__((noreturn)) static void child(enum kind k, unsigned n)
     int fd;
     if (k == ACCEPT_CLAIM) {
         fd = accept(claim_lfd, NULL, NULL);
-        why = fd < 0 ? "accept" : echo(fd, deadline) ? "" : "echo";
+        size_t echoed = 0;
+        why = fd < 0 ? "accept" : echo(fd, deadline, &echoed) ? "" : "echo";
+        if (*why)
+            p_log("note: child %u echoed %zu bytes before that", n, echoed);
     } else {
         fd = connect_to(k == CONNECT_SERVER ? server_port : parent_port);
         why = fd < 0 ? "connect" : exchange(fd, n, deadline);
@@ -252,6 +261,15 @@ static bool settle(struct kid *c)
     while ((got = waitpid(c->pid, &status, WNOHANG)) == 0 && p_now_ms() < c->deadline)
         p_sleep_ms(2);
     if (got == 0) {
+        const char *dir = getenv("FORKSTRESS_GDB"); /* a folder: the hung child's stacks */
+        if (dir) {
+            char cmd[512];
+            snprintf(cmd, sizeof cmd,
+                     "env -u LD_PRELOAD gdb -p %d -batch -ex 'thread apply all bt' > %s/gdb.%d.txt 2>&1",
+                     (int)c->pid, dir, (int)c->pid);
+            if (system(cmd) != 0)
+                p_log("note: gdb failed on %d", (int)c->pid);
+        }
         kill(c->pid, SIGKILL);
         waitpid(c->pid, &status, 0);
         p_log("FAIL: child %u (%s) hung: not done after %.0f ms", c->n, kind_name[c->kind],
@@ -270,8 +288,8 @@ static bool settle(struct kid *c)
     bool ok = p_stat_of(c->pid, &st) && !st.fell_back &&
               (c->kind == ACCEPT_CLAIM ? st.carried + st.kernel >= 1 : st.carried >= 1);
     if (!ok) {
-        p_log("FAIL: child %u (%s): not carried (carried %u fell_back %u kernel %u)", c->n,
-              kind_name[c->kind], st.carried, st.fell_back, st.kernel);
+        p_log("FAIL: child %u (%s, pid %d): not carried (carried %u fell_back %u kernel %u)", c->n,
+              kind_name[c->kind], (int)c->pid, st.carried, st.fell_back, st.kernel);
         return false;
     }
     return true;
@@ -290,7 +308,7 @@ static void forking_parent(void *arg)
     unsigned live = 0, failed = 0;
     for (unsigned n = 0; n < CHILDREN || live; ) {
         if (n < CHILDREN && live < INFLIGHT) {
-            enum kind k = (enum kind)((n + round) % KINDS);
+            enum kind k = (enum kind)((n + round) % kinds);
             pid_t pid = fork();
             CHECK(pid >= 0);
             if (pid == 0)
@@ -333,13 +351,22 @@ static void forking_client(struct p_role *r)
 int main(void)
 {
     p_init("forkstress");
-    /* Still fails about 1 run in 3 (a child's connection to its parent
-     * falls back, an accept_claim child hangs): not all of the locks are
-     * fork-safe yet. */
-    if (p_asan())
+    if (p_asan()) {
         p_case_skip("fork_while_busy", "ASan: forked children start threads");
-    else
-        p_case_known_bug("fork_while_busy", echo_server, forking_client, P_NO_STATS,
-                         "children of a busy process still hang or fall back about 1 run in 3");
+        p_case_skip("fork_while_busy_claim", "ASan: forked children start threads");
+        return p_done();
+    }
+    kinds = ACCEPT_CLAIM; /* the connecting children */
+    /* No hang in 20 runs, but at load 17-29 on 2 cores 3 of 20 failed:
+     * a round's first children all on kernel TCP or fallen back, or four
+     * at once past their 4 s bound; unexamined whether only crowding. */
+    p_case_known_bug("fork_while_busy", echo_server, forking_client, P_NO_STATS,
+                     "at load 17-29 on 2 cores, children sometimes miss the 4 s bound or fall back");
+    kinds = KINDS;
+    /* An accept_claim child sometimes waits out its bound for bytes that
+     * never come on the connection it accepted, while every claim client
+     * completed its exchange (about 1 run in 10, 2 cores at load 10-15). */
+    p_case_known_bug("fork_while_busy_claim", echo_server, forking_client, P_NO_STATS,
+                     "an accept_claim child sometimes gets no request on its accepted connection");
     return p_done();
 }
