@@ -185,8 +185,14 @@ const char *VipxReturnString(VIP_RETURN Code);
  * is destroyed in this process (its posted descriptors are forgotten, not
  * completed) and the peer is told nothing; the peer sees the connection end
  * (PeerClosed in VipxQueryViStats) when the last holder releases it or exits.
+ * VipxNicForkLocks, part of VipxNicAfterFork, only makes the NIC's and the
+ * provider's locks new (a thread that held one at the fork is not in the
+ * child), for a child that keeps the parent's VIs only to close them: the
+ * provider's threads stay the parent's, and what they share with the
+ * parent is left alone.
  */
 VIP_RETURN VipxNicAfterFork(VIP_NIC_HANDLE NicHandle);
+VIP_RETURN VipxNicForkLocks(VIP_NIC_HANDLE NicHandle);
 VIP_RETURN VipxNicLeaveListening(VIP_NIC_HANDLE NicHandle);
 VIP_RETURN VipxViShare(VIP_VI_HANDLE ViHandle);
 VIP_RETURN VipxViRelease(VIP_VI_HANDLE ViHandle);

@@ -105,6 +105,21 @@ static struct epset *set_get(int epfd)
     return s;
 }
 
+/* In a forked child: a set's lock is also taken by sovia's threads (their
+ * close of a number that was a set once), and by the program's other
+ * threads, gone here; one held at the fork would hang the child's first
+ * epoll call on the set. */
+void epoll_after_fork_child(void)
+{
+    for (int e = 0, end = atomic_load(&sets_end); e < end; e++) {
+        struct epset *s = atomic_load(&sets[e]);
+        if (s) {
+            pthread_mutex_init(&s->lock, NULL);
+            atomic_store(&s->sleepers, 0);
+        }
+    }
+}
+
 /* Empties a set whose descriptor was (re)created, or closed. */
 static void set_reset(struct epset *s, bool created)
 {

@@ -95,6 +95,7 @@ void stdio_follow_socket(int fd);
  * an error). */
 ssize_t stdio_write_full(int fd, const char *buf, size_t len);
 void listeners_after_fork_child(void);
+void epoll_after_fork_child(void);   /* the sets' locks made new */
 /* image.c: whether the program an exec starts loads the preload and reads
  * its sockets through libc (path, or fd >= 0 for fexecve). */
 bool preload_image_runs_sovia(const char *path, int fd);

@@ -16,6 +16,7 @@
 static void child_after_fork(void)
 {
     listeners_after_fork_child(); /* the sockets layer's own handlers do the rest */
+    epoll_after_fork_child();
     sov_tally_forked(); /* the child's exit record counts its own (stats.c) */
     exitlog_capture();
 }

@@ -494,10 +494,12 @@ void sov_before_fork(void)
 
 void sov_after_fork_parent(void)
 {
+    /* Before the sockets are unlocked: the program's threads close them
+     * and change s->conn then (ThreadSanitizer, forkstress). */
+    sov_shared_forked(false);
     pthread_mutex_unlock(&sov_g.lock);
     sov_table_fork_lock(false);
     fork_unlock_sockets();
-    sov_shared_forked(false);
 }
 
 /* In a forked child: the parent's threads are gone; they start again when
@@ -522,17 +524,34 @@ void sov_after_fork_child(void)
     sov_g.closing = NULL;
     sov_g.pairing = NULL;
     /* Bytes written before a client answered are the parent's to send,
-     * unless they are in the connection's record, shared by both. */
+     * unless they are in the connection's record, shared by both. A
+     * socket's wait_lock is also taken by the parent's connection threads
+     * (a listener's queue) and the agent's nudges: one held at the fork
+     * hung the child's accept on an inherited listener, and a sleeper's
+     * count in `cond` would hang the child's first broadcast
+     * (tests/preload/forkstress.c). */
     for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {
         struct sov_sock *s = sov_lookup(fd);
-        if (s && s->conn && !s->conn->rec)
+        if (!s)
+            continue;
+        pthread_mutex_init(&s->wait_lock, NULL);
+        pthread_cond_init(&s->cond, NULL);
+        if (s->conn && !s->conn->rec)
             s->conn->early_len = 0;
     }
     sov_shared_forked(true);
-    if (sov_g.nic && atomic_load(&sov_g.open_conns))
+    /* A child holding only connections not counted open (still pairing:
+     * the parent's business) only closes them: the NIC's locks are made
+     * new (a parent's thread held shm's shared_lock at the fork, and the
+     * child's exit hung on it: forkstress); the provider's threads are
+     * not restarted (that broke sovia/peer_death: the observer saw its
+     * peer's death 2.3 s late). */
+    if (sov_g.nic && atomic_load(&sov_g.open_conns)) {
         VipxNicAfterFork(sov_g.nic);
-    else if (sov_g.nic) /* the parent's listening must not outlive it here */
+    } else if (sov_g.nic) { /* the parent's listening must not outlive it here */
+        VipxNicForkLocks(sov_g.nic);
         VipxNicLeaveListening(sov_g.nic);
+    }
     if (atomic_load(&sov_g.open_conns) == 0 && !sov_g.pairing) {
         /* Nothing of the parent's to keep using: the next connection gets a
          * NIC and CQ of this process (the parent's are left alone). */

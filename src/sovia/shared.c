@@ -349,6 +349,11 @@ static bool early_from_record(struct sov_conn *c)
     return true;
 }
 
+bool sov_shared_own_early(struct sov_conn *c)
+{
+    return !c->rec || c->early != early_area(c) || early_from_record(c);
+}
+
 static void unmap(struct sov_conn *c)
 {
     if (c->early == early_area(c)) { /* a holder letting go: the others keep them */
@@ -391,6 +396,14 @@ static void reap_holders(struct sov_rec *r)
             atomic_compare_exchange_strong(&r->pids[i], &pid, 0))
             atomic_fetch_sub(&r->holders, 1);
     }
+}
+
+bool sov_shared_others(struct sov_conn *c)
+{
+    if (!c->rec)
+        return false;
+    reap_holders(c->rec);
+    return atomic_load(&c->rec->holders) > 1;
 }
 
 void sov_shared_enter(struct sov_sock *s)

@@ -492,6 +492,11 @@ VIP_DESCRIPTOR *sov_rdesc_reset(struct sov_conn *c, unsigned i);
 int sov_shared_begin(struct sov_sock *s, unsigned holders);
 int sov_shared_attach(struct sov_conn *c, int fd);
 void sov_shared_drop(struct sov_conn *c);
+/* The early bytes out of the record into memory of this process (a
+ * holder taking them elsewhere); false: no memory. */
+bool sov_shared_own_early(struct sov_conn *c);
+/* Inside a section: whether another live process holds the connection. */
+bool sov_shared_others(struct sov_conn *c);
 void sov_shared_fork(struct sov_conn *c);
 void sov_shared_forked(bool child); /* after fork, in both processes */
 int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,

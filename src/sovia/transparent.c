@@ -310,6 +310,13 @@ void sov_tp_close_settle(struct sov_sock *s, bool abortive)
 {
     if (abortive || !s->conn)
         return;
+    /* A connection another process holds too (it was pairing at a fork)
+     * is that holder's to pair, early bytes and all (they stay in the
+     * record): a forked child's exit wrote them to the kernel socket while
+     * its parent paired, the server fell back and reset the VI, and the
+     * parent's client fell back too (forkstress). */
+    if (sov_shared_others(s->conn))
+        return;
     bool client = s->conn->tentative_since_ns != 0;
     if (client && !s->conn->early_len)
         return;
@@ -387,6 +394,10 @@ static int follow_redirect(struct sov_sock *s)
     if (getsockname(s->fd, (struct sockaddr *)&local, &llen) != 0 ||
         getpeername(s->fd, (struct sockaddr *)&peer, &plen) != 0)
         return -errno;
+    /* Early bytes in a shared connection's record (written before a
+     * fork) come out of it first: the record goes with the old VI. */
+    if (!sov_shared_own_early(old))
+        return -ENOMEM;
     int err;
     struct sov_conn *c = sov_conn_create(&s->cfg, &err);
     if (!c)
@@ -402,6 +413,12 @@ static int follow_redirect(struct sov_sock *s)
     c->early_len = old->early_len;
     old->early = NULL;
     old->early_len = 0;
+    /* The old record's section ends before the record goes (the other
+     * holders see no early bytes left, and its lock free): destroyed
+     * inside it, the record was unmapped under the section, and the
+     * unlock read the freed connection (forkstress: SIGSEGV). */
+    if (s->rec_entered)
+        sov_shared_leave(s);
     s->conn = c; /* under the lock: see detach_conn */
     sov_conn_destroy(old);
     atomic_fetch_add(&sov_g.tp_redirected, 1);

@@ -364,6 +364,20 @@ static void before_fork(void)
     wait_for_none(&receiving);
 }
 
+/* In a forked child's fork handlers: the system call itself. The
+ * preload's close() takes locks of its own (its listeners, epoll sets)
+ * that a parent's thread may have held at the fork, and its handler, which
+ * makes them new, runs after vipl's (tests/preload/forkstress.c: a child
+ * hung here in the preload's listener_drop). Still marked ours while it
+ * closes: the preload's syscall() sends a close of any other descriptor
+ * to its close() (a child hung there so, in shadows_lock). The child has
+ * one thread: the number cannot change hands before the mark goes. */
+void vipl_fd_close_forked(int fd)
+{
+    syscall(SYS_close, fd);
+    mark(fd, false);
+}
+
 /* A forked child has one thread: brackets of the others never end there.
  * The descriptors marked to close on fork go now. */
 static void forked_child(void)
@@ -376,7 +390,7 @@ static void forked_child(void)
         _Atomic uint64_t *f = atomic_load(&fork_chunks[k]);
         for (unsigned w = 0; f && w < CHUNK_BITS / 64; w++)
             for (uint64_t bits = atomic_load(&f[w]); bits; bits &= bits - 1)
-                VipxFdClose((int)(k * CHUNK_BITS + w * 64 + (unsigned)__builtin_ctzll(bits)));
+                vipl_fd_close_forked((int)(k * CHUNK_BITS + w * 64 + (unsigned)__builtin_ctzll(bits)));
     }
 }
 

@@ -140,8 +140,8 @@ VIPL_EXPORT VIP_RETURN VipQuerySystemManagementInfo(VIP_NIC_HANDLE NicHandle,
 }
 
 /* In a forked child: the NIC's locks may have been held by a thread that
- * does not exist here, and the provider's threads are gone. */
-VIPL_EXPORT VIP_RETURN VipxNicAfterFork(VIP_NIC_HANDLE NicHandle)
+ * does not exist here. */
+VIPL_EXPORT VIP_RETURN VipxNicForkLocks(VIP_NIC_HANDLE NicHandle)
 {
     struct vipl_nic *nic = nic_of(NicHandle);
     if (!nic)
@@ -150,6 +150,18 @@ VIPL_EXPORT VIP_RETURN VipxNicAfterFork(VIP_NIC_HANDLE NicHandle)
     struct vipl_pool *pools[] = {&nic->ptags, &nic->vi_pool, &nic->cqs, &nic->conns};
     for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++)
         pthread_mutex_init(&pools[i]->lock, NULL);
+    if (nic->prov->fork_locks)
+        nic->prov->fork_locks(nic);
+    return VIP_SUCCESS;
+}
+
+/* ... and the provider's threads are gone. */
+VIPL_EXPORT VIP_RETURN VipxNicAfterFork(VIP_NIC_HANDLE NicHandle)
+{
+    struct vipl_nic *nic = nic_of(NicHandle);
+    if (!nic)
+        return VIP_INVALID_PARAMETER;
+    VipxNicForkLocks(NicHandle);
     if (nic->prov->after_fork)
         nic->prov->after_fork(nic);
     return VipxNicLeaveListening(NicHandle);

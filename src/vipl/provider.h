@@ -237,7 +237,8 @@ struct vipl_provider {
     int (*cq_sleep_bound)(struct vipl_cq *cq);
 
     /* Connections held by several processes (VipxViShare & co.). */
-    void (*after_fork)(struct vipl_nic *nic);   /* in the child */
+    void (*fork_locks)(struct vipl_nic *nic);   /* in the child: its locks made new */
+    void (*after_fork)(struct vipl_nic *nic);   /* in the child, after fork_locks */
     void (*leave_listening)(struct vipl_nic *nic); /* in the child: close its listener copies */
     VIP_RETURN (*share_vi)(struct vipl_vi *vi);  /* connected VIs only */
     VIP_RETURN (*nudge_vi)(struct vipl_vi *vi);  /* connected VIs only */
@@ -321,6 +322,8 @@ int vipl_fd_dup(int fd); /* F_DUPFD_CLOEXEC */
 /* Pinned: VipxFdClose leaves it open until it is unpinned (a descriptor
  * many connections share, closed by its last user). 0 or -ENOMEM. */
 int vipl_fd_pin(int fd, bool pin);
+/* A close in a fork handler of vipl's, past the preload's close(). */
+void vipl_fd_close_forked(int fd);
 struct msghdr;
 /* Adopts the SCM_RIGHTS descriptors; those from index fork_close_from on
  * (UINT_MAX: none) are closed in a forked child (another process's

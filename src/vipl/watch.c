@@ -86,7 +86,7 @@ static void forked_child(void)
     pthread_mutex_init(&start_lock, NULL);
     watched_pid = 0;
     if (stat_fd >= 0) { /* the parent's */
-        VipxFdClose(stat_fd);
+        vipl_fd_close_forked(stat_fd);
         stat_fd = -1;
     }
     hold_leader();

@@ -417,5 +417,8 @@ void shm_agent_unwatch(struct shm_agent *agent, struct shm_vi *vi);
 /* Its epoll set and stop eventfd; up to cap, returns the count. */
 /* In a forked child: a fresh agent watching the NIC's connected VIs. */
 struct shm_agent *shm_agent_after_fork(struct shm_agent *old, struct vipl_nic *nic);
+/* In a forked child: the parent's agent, its lock made new; its epoll set
+ * (the parent's too) is no longer changed here. */
+void shm_agent_forked(struct shm_agent *agent);
 
 #endif /* SHM_H */

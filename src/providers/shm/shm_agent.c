@@ -54,6 +54,7 @@ struct shm_agent {
     uint64_t last_id; /* of a watch; 0 is the stop request's event */
     struct shm_pidwatch **pids;
     size_t npids, cappids;
+    bool parents; /* a forked child's copy: epfd is the parent's set */
 };
 
 /* The process a pidfd names has exited (or cannot be asked). */
@@ -119,7 +120,8 @@ static void pidwatch_put(struct shm_agent *a, struct shm_pidwatch *w)
             a->pids[i] = a->pids[--a->npids];
             break;
         }
-    epoll_ctl(a->epfd, EPOLL_CTL_DEL, w->fd, NULL);
+    if (!a->parents)
+        epoll_ctl(a->epfd, EPOLL_CTL_DEL, w->fd, NULL);
     VipxFdClose(w->fd);
     free(w);
 }
@@ -190,7 +192,8 @@ static void unwatch_locked(struct shm_agent *a, struct shm_vi *vi)
             break;
         }
     if (vi->peer) {
-        epoll_ctl(a->epfd, EPOLL_CTL_DEL, vi->peer->sock, NULL);
+        if (!a->parents) /* the child's DEL would end the parent's watch */
+            epoll_ctl(a->epfd, EPOLL_CTL_DEL, vi->peer->sock, NULL);
         /* Only its share of the watch: the exec export asks watch_pid. */
         if (vi->peer->pidw) {
             pidwatch_put(a, vi->peer->pidw);
@@ -284,16 +287,21 @@ static void *agent_thread(void *arg)
     }
 }
 
-struct shm_agent *shm_agent_start(void)
+static void init_lock(struct shm_agent *a)
 {
-    struct shm_agent *a = calloc(1, sizeof(*a));
-    if (!a)
-        return NULL;
     pthread_mutexattr_t ma;
     pthread_mutexattr_init(&ma);
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&a->lock, &ma);
     pthread_mutexattr_destroy(&ma);
+}
+
+struct shm_agent *shm_agent_start(void)
+{
+    struct shm_agent *a = calloc(1, sizeof(*a));
+    if (!a)
+        return NULL;
+    init_lock(a);
     a->epfd = vipl_fd_epoll(EPOLL_CLOEXEC);
     a->stopfd = vipl_fd_eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
@@ -328,6 +336,14 @@ void shm_agent_stop(struct shm_agent *a)
     free(a->pids);
     free(a->watched);
     free(a);
+}
+
+void shm_agent_forked(struct shm_agent *a)
+{
+    if (!a)
+        return;
+    init_lock(a);
+    a->parents = true;
 }
 
 struct shm_agent *shm_agent_after_fork(struct shm_agent *old, struct vipl_nic *nic)
@@ -366,8 +382,8 @@ struct shm_agent *shm_agent_after_fork(struct shm_agent *old, struct vipl_nic *n
 
 int shm_agent_watch(struct shm_agent *a, struct shm_vi *vi)
 {
-    if (!a)
-        return -1; /* a forked child that could not start one */
+    if (!a || a->parents)
+        return -1; /* a forked child that could not start one, or has none */
     pthread_mutex_lock(&a->lock);
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 16;

@@ -46,7 +46,7 @@ static void shm_close_nic(struct vipl_nic *nic)
     free(snic);
 }
 
-static void shm_after_fork(struct vipl_nic *nic)
+static void shm_fork_locks(struct vipl_nic *nic)
 {
     struct shm_nic *snic = shm_nic(nic);
     pthread_mutex_init(&snic->lock, NULL);
@@ -56,6 +56,12 @@ static void shm_after_fork(struct vipl_nic *nic)
         if (cq->magic == VIPL_CQ_MAGIC)
             pthread_mutex_init(&shm_cq(cq)->lock, NULL);
     }
+    shm_agent_forked(snic->agent);
+}
+
+static void shm_after_fork(struct vipl_nic *nic)
+{
+    struct shm_nic *snic = shm_nic(nic);
     snic->agent = shm_agent_after_fork(snic->agent, nic);
 }
 
@@ -114,6 +120,7 @@ const struct vipl_provider vipl_provider_shm = {
     .cq_wait_fd = shm_cq_wait_fd,
     .cq_wait_drain = shm_cq_wait_drain,
     .cq_sleep_bound = shm_cq_sleep_bound,
+    .fork_locks = shm_fork_locks,
     .after_fork = shm_after_fork,
     .leave_listening = shm_leave_listening,
     .share_vi = shm_share_vi,
