@@ -129,9 +129,11 @@ bool fab_cq_wait_drain(struct vipl_cq *ccq)
 int fab_cq_sleep_bound(struct vipl_cq *ccq)
 {
     struct fab_cqx *x = &fab_cq(ccq)->x;
-    if (!x->cq)
+    /* Bound by a connection thread's first VI while we may sleep on it. */
+    struct fid_cq *cq = __atomic_load_n(&x->cq, __ATOMIC_ACQUIRE);
+    if (!cq)
         return FAB_SLEEP_MS;
-    struct fid *f = &x->cq->fid;
+    struct fid *f = &cq->fid;
     /* Something already inside the provider: the next poll must not sleep. */
     return fi_trywait(x->fabric, &f, 1) == 0 ? FAB_SLEEP_MS : 0;
 }
