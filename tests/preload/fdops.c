@@ -399,11 +399,22 @@ static void raw_close_server(struct p_role *r)
     CHECK_EQ(syscall(SYS_close, fd), 0);
     CHECK_ERR(syscall(SYS_close, fd), EBADF);
     /* The socket's number is the lowest free one, unless a sovia thread
-     * holds a descriptor for a moment (a lower number comes free): take
-     * files until one gets the socket's number. */
-    int others[16], nothers = 0, file;
-    while ((file = p_temp_file(0, 0)) != fd && file < fd && nothers < 16)
-        others[nothers++] = file;
+     * holds a descriptor for a moment: a lower number comes free (kept
+     * until the socket's comes), or that thread took the socket's number
+     * itself (seen under ASan: the file got the next one; given back, and
+     * asked again a little later). */
+    int others[16], nothers = 0, file = -1;
+    for (int tries = 0; tries < 2000 && nothers < 16; tries++) {
+        file = p_temp_file(0, 0);
+        if (file == fd)
+            break;
+        if (file < fd) {
+            others[nothers++] = file;
+            continue;
+        }
+        SYS(close(file));
+        p_sleep_ms(1);
+    }
     CHECK_EQ(file, fd);
     while (nothers > 0)
         SYS(close(others[--nothers]));
