@@ -363,8 +363,6 @@ static void turns_client(struct p_role *r)
     both_done(r, fd, ep);
 }
 
-/* Another thread asleep in epoll_wait on a set without a carried socket
- * wakes when one that has data joins the set (as for a kernel socket). */
 struct waiter {
     int ep;
     int rc;
@@ -379,6 +377,29 @@ static void *wait_thread(void *arg)
     return NULL;
 }
 
+/* A thread asleep in epoll_wait on `ep` (after sleep_ms) while the ready
+ * `fd` joins the set: it must wake with that entry, within bound_ms of the
+ * join (bound_ms < 0: no bound). */
+static void joins_asleep(int ep, int fd, uint64_t tag, const char *what, int sleep_ms,
+                         int bound_ms)
+{
+    struct waiter w = {.ep = ep};
+    CHECK_EQ(pthread_create(&w.t, NULL, wait_thread, &w), 0);
+    p_sleep_ms(sleep_ms); /* asleep by now */
+    double t0 = p_now_ms();
+    SYS(add(ep, fd, EPOLLIN, tag));
+    CHECK_EQ(pthread_join(w.t, NULL), 0);
+    double took = p_now_ms() - t0;
+    if (w.rc != 1 || w.ev.data.u64 != tag || w.ev.events != EPOLLIN ||
+        (bound_ms >= 0 && took > bound_ms))
+        FAILF("epoll_wait asleep while a readable %s joined the set: %d, tag 0x%llx events "
+              "0x%x after %.0f ms; want 1, the %s, EPOLLIN%s",
+              what, w.rc, (unsigned long long)w.ev.data.u64, w.ev.events, took, what,
+              bound_ms >= 0 ? ", at once" : "");
+}
+
+/* Another thread asleep in epoll_wait on a set without a carried socket
+ * wakes when one that has data joins the set (as for a kernel socket). */
 static void added_client(struct p_role *r)
 {
     int fd = p_connect(r->port);
@@ -389,17 +410,7 @@ static void added_client(struct p_role *r)
     p_put_int(r, 1);
     struct pollfd pf = {.fd = fd, .events = POLLIN};
     CHECK_EQ(poll(&pf, 1, 10000), 1); /* the data is there */
-    struct waiter w = {.ep = ep};
-    CHECK_EQ(pthread_create(&w.t, NULL, wait_thread, &w), 0);
-    p_sleep_ms(100); /* asleep by now */
-    double t0 = p_now_ms();
-    SYS(add(ep, fd, EPOLLIN, TAG_SOCK));
-    CHECK_EQ(pthread_join(w.t, NULL), 0);
-    double took = p_now_ms() - t0;
-    if (w.rc != 1 || w.ev.data.u64 != TAG_SOCK || w.ev.events != EPOLLIN)
-        FAILF("epoll_wait asleep while a readable carried socket joined the set: %d, tag 0x%llx "
-              "events 0x%x after %.0f ms; want 1, the socket, EPOLLIN", w.rc,
-              (unsigned long long)w.ev.data.u64, w.ev.events, took);
+    joins_asleep(ep, fd, TAG_SOCK, "carried socket", 100, -1);
     char buf[10];
     p_read_all(fd, buf, 10);
     p_put_int(r, 0);
@@ -428,21 +439,6 @@ static void two_server(struct p_role *r)
     SYS(close(fd[1]));
 }
 
-static void joins_asleep(int ep, int fd, uint64_t tag, const char *what)
-{
-    struct waiter w = {.ep = ep};
-    CHECK_EQ(pthread_create(&w.t, NULL, wait_thread, &w), 0);
-    p_sleep_ms(30); /* asleep by now */
-    double t0 = p_now_ms();
-    SYS(add(ep, fd, EPOLLIN, tag));
-    CHECK_EQ(pthread_join(w.t, NULL), 0);
-    double took = p_now_ms() - t0;
-    if (w.rc != 1 || w.ev.data.u64 != tag || w.ev.events != EPOLLIN || took > 25)
-        FAILF("epoll_wait asleep on a carried socket while a readable %s joined the set: %d, "
-              "tag 0x%llx events 0x%x after %.0f ms; want 1, the %s, EPOLLIN, at once",
-              what, w.rc, (unsigned long long)w.ev.data.u64, w.ev.events, took, what);
-}
-
 static void joins_asleep_client(struct p_role *r)
 {
     int quiet = p_connect(r->port), fd = p_connect(r->port);
@@ -451,12 +447,12 @@ static void joins_asleep_client(struct p_role *r)
     int pp[2];
     SYS(pipe(pp));
     p_write_all(pp[1], "x", 1);
-    joins_asleep(ep, pp[0], TAG_PIPE, "pipe");
+    joins_asleep(ep, pp[0], TAG_PIPE, "pipe", 30, 25);
     SYS(epoll_ctl(ep, EPOLL_CTL_DEL, pp[0], NULL));
     p_write_all(fd, "x", 1);
     struct pollfd pf = {.fd = fd, .events = POLLIN};
     CHECK_EQ(poll(&pf, 1, 10000), 1); /* the answer is there */
-    joins_asleep(ep, fd, TAG_SOCK, "carried socket");
+    joins_asleep(ep, fd, TAG_SOCK, "carried socket", 30, 25);
     char buf[10];
     p_read_all(fd, buf, 10);
     p_put_int(r, 0);
