@@ -518,8 +518,10 @@ static bool enqueue(struct sov_listener *l, const struct pending *p)
         atomic_fetch_add(&l->s->events, 1);
     }
     l->establishing_port = 0;
-    pthread_cond_broadcast(&l->s->cond);
     pthread_mutex_unlock(&l->s->wait_lock);
+    /* After the unlock: a woken accept() no longer finds the lock held and
+     * sleeps on it again. The listener outlives its thread (this one). */
+    pthread_cond_broadcast(&l->s->cond);
     if (room)
         sov_signal_event();
     return room;
@@ -762,8 +764,8 @@ static void *connection_thread(void *arg)
         } else if (!ok || st < 0 || !enqueue(l, &p)) {
             pthread_mutex_lock(&l->s->wait_lock);
             l->establishing_port = 0;
-            pthread_cond_broadcast(&l->s->cond);
             pthread_mutex_unlock(&l->s->wait_lock);
+            pthread_cond_broadcast(&l->s->cond); /* after the unlock: enqueue */
             sov_pending_drop(&p);
         }
     }

@@ -167,24 +167,47 @@ VIPL_EXPORT void VipxFdCreateEnd(void)
 }
 
 /* Where our descriptors go: high, but not so high that every process's
- * descriptor table (copied by fork) grows large. */
-static int high_base(void)
+ * descriptor table (copied by fork) grows large. Read from RLIMIT_NOFILE at
+ * most every BASE_TTL_NS (a connection adopts about ten descriptors per end,
+ * and each getrlimit was a system call: 21 per connection in strace of sovia
+ * bench connrate), and again at once when the limit proved lower. */
+#define BASE_TTL_NS 100000000u
+static atomic_int base_cached = -1;
+static _Atomic uint64_t base_read_ns;
+
+static int high_base(bool fresh)
 {
+    uint64_t now = now_ns();
+    int base = atomic_load(&base_cached);
+    if (!fresh && base >= 0 && now - atomic_load(&base_read_ns) < BASE_TTL_NS)
+        return base;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
         return -1;
-    rlim_t base = rl.rlim_cur / 4 * 3;
-    return base > HIGH_BASE_MAX ? HIGH_BASE_MAX : (int)base;
+    rlim_t b = rl.rlim_cur / 4 * 3;
+    base = b > HIGH_BASE_MAX ? HIGH_BASE_MAX : (int)b;
+    atomic_store(&base_cached, base);
+    atomic_store(&base_read_ns, now);
+    return base;
 }
 
-static int adopt(int fd, bool move_up)
+/* Moves fd up (move_up) and registers it. fdflags: its F_GETFD flags when
+ * the creator knows them (FD_CLOEXEC from the creation flags), -1 to ask. */
+static int adopt(int fd, bool move_up, int fdflags)
 {
     if (fd < 0)
         return fd;
     int err = errno;
-    int base = move_up ? high_base() : -1, flags = fcntl(fd, F_GETFD);
-    if (base > fd && flags >= 0) {
-        int high = fcntl(fd, (flags & FD_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, base);
+    int base = move_up ? high_base(false) : -1;
+    if (base > fd && fdflags < 0)
+        fdflags = fcntl(fd, F_GETFD);
+    if (base > fd && fdflags >= 0) {
+        int cmd = (fdflags & FD_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD;
+        int high = fcntl(fd, cmd, base);
+        if (high < 0 && errno == EINVAL) { /* the limit was lowered since */
+            base = high_base(true);
+            high = base > fd ? fcntl(fd, cmd, base) : -1;
+        }
         if (high >= 0) { /* else it stays where it is: still ours */
             close(fd);
             fd = high;
@@ -197,7 +220,7 @@ static int adopt(int fd, bool move_up)
 
 VIPL_EXPORT int VipxFdAdopt(int Fd)
 {
-    return adopt(Fd, true);
+    return adopt(Fd, true, -1);
 }
 
 /* Counts ours exactly and the program's as the lowest free number, which
@@ -401,9 +424,10 @@ __attribute__((constructor)) static void fdguard_init(void)
 
 /* ---- The library's creators ---------------------------------------------- */
 
-static int adopted(int fd)
+/* cloexec: the creation flags asked for it, so adopt need not ask. */
+static int adopted(int fd, bool cloexec)
 {
-    fd = VipxFdAdopt(fd);
+    fd = adopt(fd, true, cloexec ? FD_CLOEXEC : 0);
     VipxFdCreateEnd();
     return fd;
 }
@@ -411,13 +435,13 @@ static int adopted(int fd)
 int vipl_fd_memfd(const char *name, unsigned flags)
 {
     VipxFdCreateBegin();
-    return adopted(memfd_create(name, flags));
+    return adopted(memfd_create(name, flags), flags & MFD_CLOEXEC);
 }
 
 int vipl_fd_socket(int domain, int type, int protocol)
 {
     VipxFdCreateBegin();
-    return adopted(socket(domain, type, protocol));
+    return adopted(socket(domain, type, protocol), type & SOCK_CLOEXEC);
 }
 
 int vipl_fd_socketpair(int domain, int type, int protocol, int sv[2])
@@ -425,8 +449,9 @@ int vipl_fd_socketpair(int domain, int type, int protocol, int sv[2])
     VipxFdCreateBegin();
     int rc = socketpair(domain, type, protocol, sv);
     if (rc == 0) {
-        sv[0] = VipxFdAdopt(sv[0]);
-        sv[1] = VipxFdAdopt(sv[1]);
+        int fdflags = (type & SOCK_CLOEXEC) ? FD_CLOEXEC : 0;
+        sv[0] = adopt(sv[0], true, fdflags);
+        sv[1] = adopt(sv[1], true, fdflags);
     }
     VipxFdCreateEnd();
     return rc;
@@ -435,7 +460,7 @@ int vipl_fd_socketpair(int domain, int type, int protocol, int sv[2])
 int vipl_fd_accept4(int fd, int flags)
 {
     VipxFdCreateBegin();
-    return adopted(accept4(fd, NULL, NULL, flags));
+    return adopted(accept4(fd, NULL, NULL, flags), flags & SOCK_CLOEXEC);
 }
 
 int vipl_fd_reserve(void)
@@ -443,7 +468,7 @@ int vipl_fd_reserve(void)
     /* Low, unlike the others: it is given up so that an accept() finds a
      * number under RLIMIT_NOFILE, which may have been lowered since. */
     VipxFdCreateBegin();
-    int fd = adopt(open("/dev/null", O_RDONLY | O_CLOEXEC), false);
+    int fd = adopt(open("/dev/null", O_RDONLY | O_CLOEXEC), false, FD_CLOEXEC);
     VipxFdCreateEnd();
     return fd;
 }
@@ -451,19 +476,19 @@ int vipl_fd_reserve(void)
 int vipl_fd_eventfd(unsigned initval, int flags)
 {
     VipxFdCreateBegin();
-    return adopted(eventfd(initval, flags));
+    return adopted(eventfd(initval, flags), flags & EFD_CLOEXEC);
 }
 
 int vipl_fd_epoll(int flags)
 {
     VipxFdCreateBegin();
-    return adopted(epoll_create1(flags));
+    return adopted(epoll_create1(flags), flags & EPOLL_CLOEXEC);
 }
 
 int vipl_fd_pidfd(pid_t pid)
 {
     VipxFdCreateBegin();
-    return adopted((int)syscall(SYS_pidfd_open, pid, 0));
+    return adopted((int)syscall(SYS_pidfd_open, pid, 0), true); /* always close-on-exec */
 }
 
 /* The system call itself: a preload's fcntl would take a copy of a socket
@@ -471,7 +496,7 @@ int vipl_fd_pidfd(pid_t pid)
 int vipl_fd_dup(int fd)
 {
     VipxFdCreateBegin();
-    return adopted((int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 0));
+    return adopted((int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 0), true);
 }
 
 ssize_t vipl_fd_recvmsg(int sock, struct msghdr *mh, int flags, unsigned fork_close_from)
@@ -489,7 +514,7 @@ ssize_t vipl_fd_recvmsg(int sock, struct msghdr *mh, int flags, unsigned fork_cl
         for (size_t i = 0; i < count; i++) {
             int fd;
             memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(fd));
-            fd = VipxFdAdopt(fd);
+            fd = adopt(fd, true, (flags & MSG_CMSG_CLOEXEC) ? FD_CLOEXEC : -1);
             if (k++ >= fork_close_from && fd >= 0)
                 mark_fork_close(fd);
             memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(fd));
