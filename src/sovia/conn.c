@@ -291,7 +291,7 @@ static uint8_t *slot(const struct sov_conn *c, unsigned i)
     return c->sbuf + (size_t)i * ((c->cfg.mtu + 63) & ~(size_t)63);
 }
 
-uint8_t *sov_stage(struct sov_conn *c)
+uint8_t *sov_stage_next(struct sov_conn *c)
 {
     next_free(c);
     return slot(c, c->s_next % c->nsend);
@@ -307,17 +307,15 @@ static bool all_out(struct sov_conn *c)
     return !c->inflight;
 }
 
-/* (c->inflight first: on shm nothing is ever left in flight, and this is
- * on the receive path's spin.) */
-void sov_sends_drive(struct sov_conn *c)
+void sov_sends_step(struct sov_conn *c)
 {
-    if (c->inflight && !all_out(c))
+    if (!all_out(c))
         reap(c);
 }
 
-void sov_sends_out(struct sov_conn *c)
+void sov_sends_finish(struct sov_conn *c)
 {
-    while (c->inflight && !all_out(c))
+    while (!all_out(c))
         if (!reap(c))
             __builtin_ia32_pause();
 }
@@ -340,14 +338,13 @@ static int post(struct sov_conn *c, enum sov_pkt type, uint32_t extra, const voi
 {
     /* Completed sends are dequeued lazily, when their slot comes round. */
     next_free(c);
-    if (c->send_failed) {
+    if (__builtin_expect(c->send_failed, 0)) {
         c->send_failed = false;
         int rc = send_lost(c);
         if (rc)
             return rc;
     }
     unsigned i = c->s_next++ % c->nsend;
-    bool wait = !inflight && !(len && mh == c->sbuf_mh && data == slot(c, i));
     VIP_DESCRIPTOR *d = &c->sdesc[i];
     bool acking = type != PKT_WAKEUP && type != PKT_REDIRECT;
     uint32_t acks = acking ? c->to_ack : 0;
@@ -366,17 +363,22 @@ static int post(struct sov_conn *c, enum sov_pkt type, uint32_t extra, const voi
         c->s_next--; /* not queued: it will not complete */
         return send_lost(c);
     }
-    if (!(__atomic_load_n(&d->CS.Status, __ATOMIC_ACQUIRE) & VIP_STATUS_DONE))
-        c->inflight = true;
     /* The caller's memory (registered sends) is free only once the send
-     * completed: the shm provider completes it inside VipPostSend, a
-     * provider with a real NIC later, and one with manual progress
-     * (fabric:tcp) only while its queue is read: reap reads it (sends
-     * complete in order, so what it returns is ours to reap). */
-    while (wait && !(__atomic_load_n(&d->CS.Status, __ATOMIC_ACQUIRE) & VIP_STATUS_DONE))
-        if (!reap(c))
-            __builtin_ia32_pause();
+     * completed: the shm provider completes it inside VipPostSend (so the
+     * rest is for other providers and costs shm one load), a provider with
+     * a real NIC later, and one with manual progress (fabric:tcp) only
+     * while its queue is read: reap reads it (sends complete in order, so
+     * what it returns is ours to reap). */
     uint32_t st = __atomic_load_n(&d->CS.Status, __ATOMIC_ACQUIRE);
+    if (!(st & VIP_STATUS_DONE)) {
+        c->inflight = true;
+        bool staged = len && mh == c->sbuf_mh && data == slot(c, i);
+        while (!inflight && !staged && !(st & VIP_STATUS_DONE)) {
+            if (!reap(c))
+                __builtin_ia32_pause();
+            st = __atomic_load_n(&d->CS.Status, __ATOMIC_ACQUIRE);
+        }
+    }
     if ((st & VIP_STATUS_DONE) && (st & VIP_STATUS_ERROR_MASK))
         return send_lost(c);
     if (acking)
