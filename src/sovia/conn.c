@@ -71,7 +71,7 @@ static int conn_buffers(struct sov_conn *c)
     VIP_PVOID arena;
     VIP_ULONG alen;
     c->rdesc = aligned_alloc(VIP_DESCRIPTOR_ALIGNMENT, dlen);
-    c->sbuf = aligned_alloc(64, (cfg->mtu + 63) & ~(size_t)63);
+    c->sbuf = aligned_alloc(64, c->nsend * ((cfg->mtu + 63) & ~(size_t)63));
     c->cbuf = aligned_alloc(64, (cfg->mtu + 63) & ~(size_t)63);
     c->recvq = calloc(c->nrecv + 1, sizeof(*c->recvq));
     if (VipxViArena(c->vi, &arena, &alen) != VIP_SUCCESS || !arena ||
@@ -82,7 +82,7 @@ static int conn_buffers(struct sov_conn *c)
     c->sdesc = c->rdesc + c->nrecv;
     if (reg(c->arena, alen, &c->arena_mh) != VIP_SUCCESS ||
         reg(c->rdesc, dlen, &c->desc_mh) != VIP_SUCCESS ||
-        reg(c->sbuf, cfg->mtu, &c->sbuf_mh) != VIP_SUCCESS ||
+        reg(c->sbuf, c->nsend * ((cfg->mtu + 63) & ~(size_t)63), &c->sbuf_mh) != VIP_SUCCESS ||
         reg(c->cbuf, cfg->mtu, &c->cbuf_mh) != VIP_SUCCESS)
         return -ENOMEM;
     c->deferred = -1;
@@ -264,19 +264,88 @@ static uint32_t packet_imm(const struct sov_conn *c, enum sov_pkt type, uint32_t
     return pkt_imm(type, c->to_ack) | extra;
 }
 
-/* Sends one packet and reaps its completion. 0 or -ECONNRESET. */
+/* Dequeues the oldest completed send, if there is one; a failed one is
+ * remembered for the next post, as staged sends are not waited for. */
+static bool reap(struct sov_conn *c)
+{
+    VIP_DESCRIPTOR *done;
+    if (VipSendDone(c->vi, &done) != VIP_SUCCESS)
+        return false;
+    c->s_reaped++;
+    if (done->CS.Status & VIP_STATUS_ERROR_MASK)
+        c->send_failed = true;
+    return true;
+}
+
+/* Until the next send descriptor (and its staging slot) is free. */
+static void next_free(struct sov_conn *c)
+{
+    while (c->s_next - c->s_reaped >= c->nsend)
+        if (!reap(c))
+            __builtin_ia32_pause();
+}
+
+/* The copy buffer of send descriptor i (0 <= i < nsend). */
+static uint8_t *slot(const struct sov_conn *c, unsigned i)
+{
+    return c->sbuf + (size_t)i * ((c->cfg.mtu + 63) & ~(size_t)63);
+}
+
+uint8_t *sov_stage_next(struct sov_conn *c)
+{
+    next_free(c);
+    return slot(c, c->s_next % c->nsend);
+}
+
+/* Whether the last send posted has completed: in order, all have. */
+static bool all_out(struct sov_conn *c)
+{
+    if (c->s_next == c->s_reaped ||
+        (__atomic_load_n(&c->sdesc[(c->s_next - 1) % c->nsend].CS.Status, __ATOMIC_ACQUIRE) &
+         VIP_STATUS_DONE))
+        c->inflight = false;
+    return !c->inflight;
+}
+
+void sov_sends_step(struct sov_conn *c)
+{
+    if (!all_out(c))
+        reap(c);
+}
+
+void sov_sends_finish(struct sov_conn *c)
+{
+    while (!all_out(c))
+        if (!reap(c))
+            __builtin_ia32_pause();
+}
+
+void sov_sends_settle(struct sov_conn *c)
+{
+    while (c->s_next != c->s_reaped)
+        if (!reap(c))
+            __builtin_ia32_pause();
+}
+
+/* Sends one packet. A packet staged in its descriptor's slot (sov_stage)
+ * is left in flight: its slot is not written again before the descriptor
+ * is reaped, so several go at once where completion comes late (fabric).
+ * So is one whose caller keeps its memory until sov_sends_out (`inflight`).
+ * Any other packet's memory is the caller's, or reused at once (cbuf):
+ * post waits for its completion. 0 or -ECONNRESET. */
 static int post(struct sov_conn *c, enum sov_pkt type, uint32_t extra, const void *data,
-                uint32_t len, VIP_MEM_HANDLE mh)
+                uint32_t len, VIP_MEM_HANDLE mh, bool inflight)
 {
     /* Completed sends are dequeued lazily, when their slot comes round. */
-    VIP_DESCRIPTOR *done;
-    while (c->s_next - c->s_reaped >= c->nsend) {
-        if (VipSendDone(c->vi, &done) == VIP_SUCCESS)
-            c->s_reaped++;
-        else
-            __builtin_ia32_pause();
+    next_free(c);
+    if (__builtin_expect(c->send_failed, 0)) {
+        c->send_failed = false;
+        int rc = send_lost(c);
+        if (rc)
+            return rc;
     }
-    VIP_DESCRIPTOR *d = &c->sdesc[c->s_next++ % c->nsend];
+    unsigned i = c->s_next++ % c->nsend;
+    VIP_DESCRIPTOR *d = &c->sdesc[i];
     bool acking = type != PKT_WAKEUP && type != PKT_REDIRECT;
     uint32_t acks = acking ? c->to_ack : 0;
     d->CS.Status = 0;
@@ -290,20 +359,27 @@ static int post(struct sov_conn *c, enum sov_pkt type, uint32_t extra, const voi
         d->DS[0].Local.Handle = mh;
         d->DS[0].Local.Length = len;
     }
-    if (VipPostSend(c->vi, d, c->desc_mh) != VIP_SUCCESS)
+    if (VipPostSend(c->vi, d, c->desc_mh) != VIP_SUCCESS) {
+        c->s_next--; /* not queued: it will not complete */
         return send_lost(c);
-    /* The caller's memory (registered sends) is free only once the send
-     * completed: the shm provider completes it inside VipPostSend, a
-     * provider with a real NIC later, and one with manual progress
-     * (fabric:tcp) only while its queue is read: VipSendDone reads it
-     * (sends complete in order, so what it returns is ours to reap). */
-    while (!(__atomic_load_n(&d->CS.Status, __ATOMIC_ACQUIRE) & VIP_STATUS_DONE)) {
-        if (VipSendDone(c->vi, &done) == VIP_SUCCESS)
-            c->s_reaped++;
-        else
-            __builtin_ia32_pause();
     }
-    if (d->CS.Status & VIP_STATUS_ERROR_MASK)
+    /* The caller's memory (registered sends) is free only once the send
+     * completed: the shm provider completes it inside VipPostSend (so the
+     * rest is for other providers and costs shm one load), a provider with
+     * a real NIC later, and one with manual progress (fabric:tcp) only
+     * while its queue is read: reap reads it (sends complete in order, so
+     * what it returns is ours to reap). */
+    uint32_t st = __atomic_load_n(&d->CS.Status, __ATOMIC_ACQUIRE);
+    if (!(st & VIP_STATUS_DONE)) {
+        c->inflight = true;
+        bool staged = len && mh == c->sbuf_mh && data == slot(c, i);
+        while (!inflight && !staged && !(st & VIP_STATUS_DONE)) {
+            if (!reap(c))
+                __builtin_ia32_pause();
+            st = __atomic_load_n(&d->CS.Status, __ATOMIC_ACQUIRE);
+        }
+    }
+    if ((st & VIP_STATUS_DONE) && (st & VIP_STATUS_ERROR_MASK))
         return send_lost(c);
     if (acking)
         c->to_ack = 0;
@@ -317,17 +393,22 @@ static int post(struct sov_conn *c, enum sov_pkt type, uint32_t extra, const voi
 int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,
                     VIP_MEM_HANDLE mh)
 {
-    return post(c, type, 0, data, len, mh);
+    return post(c, type, 0, data, len, mh, false);
+}
+
+int sov_post_inflight(struct sov_conn *c, const void *data, uint32_t len, VIP_MEM_HANDLE mh)
+{
+    return post(c, PKT_DATA, 0, data, len, mh, true);
 }
 
 int sov_post_urgent(struct sov_conn *c, const void *data, uint32_t len, VIP_MEM_HANDLE mh)
 {
-    return post(c, PKT_DATA, PKT_URG, data, len, mh);
+    return post(c, PKT_DATA, PKT_URG, data, len, mh, false);
 }
 
 int sov_post_migrate(struct sov_conn *c, uint32_t sub)
 {
-    return post(c, PKT_MIGRATE, sub << MIG_SUB_SHIFT, NULL, 0, 0);
+    return post(c, PKT_MIGRATE, sub << MIG_SUB_SHIFT, NULL, 0, 0, false);
 }
 
 int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type)
@@ -658,7 +739,7 @@ static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch, uint32_t tic
     /* The client handles the REDIRECT before it sees its VI go. */
     bool redirected = taken.conn && ticket && ticket <= REDIRECT_TICKET_MAX &&
                       post(taken.conn, PKT_REDIRECT, ticket << REDIRECT_TICKET_SHIFT, NULL, 0,
-                           0) == 0;
+                           0, false) == 0;
     if (redirected) /* the answer first: the claimant's accept() waits for it */
         accept_claim(ch);
     else

@@ -308,7 +308,10 @@ static bool handled_elsewhere(const struct sov_sock *s, const struct sov_conn *c
 int sov_progress(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
-    if (!c || handled_elsewhere(s, c))
+    if (!c)
+        return 0;
+    sov_sends_drive(c);
+    if (handled_elsewhere(s, c))
         return 0;
     int n = 0;
     VIP_DESCRIPTOR *d;
@@ -371,8 +374,12 @@ int sov_wait(struct sov_sock *s, uint64_t *spun_since)
 {
     struct sov_conn *c = s->conn;
     int rc = 0;
-    if (c)
+    if (c) {
         sov_repost_deferred(c); /* waiting is free time for it */
+        /* Nothing moves a send in flight while we sleep (manual progress),
+         * and the peer's reply may wait for it. (On shm: at once.) */
+        sov_sends_out(c);
+    }
     if (c && handled_elsewhere(s, c)) {
         rc = wait_for_handler(s);
     } else {
@@ -432,34 +439,56 @@ static int wait_credit(struct sov_sock *s, bool nonblock)
     return c->reset ? -ECONNRESET : 0;
 }
 
-/* One DATA packet from the caller's memory: copied into the pre-registered
- * send buffer when small (or in COPY mode), else registered in place. */
-static int send_data(struct sov_conn *c, const void *p, size_t len)
+static void sent_packet(struct sov_conn *c, size_t len)
 {
-    bool copy = c->cfg.copy_mode == SOV_COPY ||
-                (c->cfg.copy_mode == SOV_HYBRID && len <= c->cfg.copy_threshold);
-    int rc;
-    if (!copy) {
-        VIP_MEM_ATTRIBUTES ma = {.Ptag = sov_g.ptag};
-        VIP_MEM_HANDLE mh;
-        if (VipRegisterMem(sov_g.nic, (void *)p, len, &ma, &mh) == VIP_SUCCESS) {
-            rc = sov_post_packet(c, PKT_DATA, p, (uint32_t)len, mh);
-            VipDeregisterMem(sov_g.nic, (void *)p, mh);
-            c->stats.registered_sends++;
-            goto sent;
-        }
-        /* Registration refused (read-only mapping on some providers): copy. */
-    }
-    memcpy(c->sbuf, p, len);
-    rc = sov_post_packet(c, PKT_DATA, c->sbuf, (uint32_t)len, c->sbuf_mh);
-    c->stats.copied_sends++;
-sent:
-    if (rc)
-        return rc;
     c->credits--;
     c->stats.data_packets_sent++;
     c->stats.bytes_sent += len;
+}
+
+/* One DATA packet copied into the next copy buffer. 0 or -errno. */
+static int send_copied(struct sov_conn *c, const void *p, size_t len)
+{
+    uint8_t *b = sov_stage(c);
+    memcpy(b, p, len);
+    int rc = sov_post_packet(c, PKT_DATA, b, (uint32_t)len, c->sbuf_mh);
+    if (rc)
+        return rc;
+    c->stats.copied_sends++;
+    sent_packet(c, len);
     return 0;
+}
+
+/* Big bytes from the caller's memory, registered in place: as many
+ * packets as credits and send descriptors allow go under one registration,
+ * in flight together; the memory is the caller's again once all have
+ * completed (sov_sends_out), before we return. Bytes sent or -errno.
+ * Registration refused (read-only mapping on some providers): copied. */
+static ssize_t send_registered(struct sov_conn *c, const uint8_t *p, size_t a)
+{
+    size_t k = c->credits < c->nsend ? c->credits : c->nsend;
+    size_t span = a < k * c->send_mtu ? a : k * c->send_mtu;
+    VIP_MEM_ATTRIBUTES ma = {.Ptag = sov_g.ptag};
+    VIP_MEM_HANDLE mh;
+    if (VipRegisterMem(sov_g.nic, (void *)p, span, &ma, &mh) != VIP_SUCCESS) {
+        size_t chunk = a < c->send_mtu ? a : c->send_mtu;
+        int rc = send_copied(c, p, chunk);
+        return rc ? rc : (ssize_t)chunk;
+    }
+    size_t sent = 0;
+    int rc = 0;
+    while (rc == 0 && sent < span) {
+        size_t chunk = span - sent < c->send_mtu ? span - sent : c->send_mtu;
+        rc = sov_post_inflight(c, p + sent, (uint32_t)chunk, mh);
+        if (rc == 0) {
+            c->stats.registered_sends++;
+            sent_packet(c, chunk);
+            sent += chunk;
+        }
+    }
+    sov_sends_out(c);
+    VipDeregisterMem(sov_g.nic, (void *)p, mh);
+    return sent ? (ssize_t)sent : rc;
 }
 
 /* Sends the combining buffer. 0, or what wait_credit says. */
@@ -477,9 +506,7 @@ int sov_flush(struct sov_sock *s, bool may_block)
     rc = sov_post_packet(c, PKT_DATA, c->cbuf, (uint32_t)c->clen, c->cbuf_mh);
     if (rc)
         return rc;
-    c->credits--;
-    c->stats.data_packets_sent++;
-    c->stats.bytes_sent += c->clen;
+    sent_packet(c, c->clen);
     c->clen = 0;
     return 0;
 }
@@ -526,7 +553,7 @@ static void cur_skip(struct cursor *u, size_t n)
 /* Gathers small pieces into the send buffer, up to one MTU, stopping
  * before a piece big enough to be registered: one DATA packet for a writev
  * of small parts, as TCP sends one segment. */
-static size_t gather_small(struct sov_conn *c, struct cursor *u)
+static size_t gather_small(struct sov_conn *c, struct cursor *u, uint8_t *b)
 {
     size_t n = 0;
     while (u->k < u->n && n < c->send_mtu) {
@@ -534,7 +561,7 @@ static size_t gather_small(struct sov_conn *c, struct cursor *u)
         if (a > c->cfg.copy_threshold && c->cfg.copy_mode != SOV_COPY && n)
             break;
         size_t take = a < c->send_mtu - n ? a : c->send_mtu - n;
-        memcpy(c->sbuf + n, cur_ptr(u), take);
+        memcpy(b + n, cur_ptr(u), take);
         n += take;
         cur_skip(u, take);
     }
@@ -547,21 +574,18 @@ static ssize_t send_next(struct sov_conn *c, struct cursor *u)
     size_t a = cur_avail(u);
     bool big = a > c->cfg.copy_threshold || c->cfg.copy_mode == SOV_REG;
     if (big && c->cfg.copy_mode != SOV_COPY) {
-        size_t chunk = a < c->send_mtu ? a : c->send_mtu;
-        int rc = send_data(c, cur_ptr(u), chunk);
-        if (rc)
-            return rc;
-        cur_skip(u, chunk);
-        return (ssize_t)chunk;
+        ssize_t n = send_registered(c, cur_ptr(u), a);
+        if (n > 0)
+            cur_skip(u, (size_t)n);
+        return n;
     }
-    size_t n = gather_small(c, u);
-    int rc = sov_post_packet(c, PKT_DATA, c->sbuf, (uint32_t)n, c->sbuf_mh);
+    uint8_t *b = sov_stage(c);
+    size_t n = gather_small(c, u, b);
+    int rc = sov_post_packet(c, PKT_DATA, b, (uint32_t)n, c->sbuf_mh);
     if (rc)
         return rc;
-    c->credits--;
     c->stats.copied_sends++;
-    c->stats.data_packets_sent++;
-    c->stats.bytes_sent += n;
+    sent_packet(c, n);
     return (ssize_t)n;
 }
 
@@ -620,6 +644,7 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
             }
         }
         if (rc) {
+            sov_sends_out(s->conn);
             if (sent && (rc == -EAGAIN || rc == -EINTR || rc == -ECONNRESET || rc == -EPIPE))
                 return (ssize_t)sent; /* the error shows on the next call, as TCP */
             return rc == -ECONNRESET || rc == -EPIPE ? send_error(s) : rc;
@@ -628,6 +653,10 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
         if (sent >= SSIZE_MAX - c->send_mtu)
             break;
     }
+    /* Packets go in flight together within the call, but it returns with
+     * all handed to the provider's transport, as before: a program killed
+     * now loses none of them (its kernel sends what it was given). */
+    sov_sends_out(s->conn);
     sov_repost_deferred(s->conn); /* the data left first; now the repost */
     return (ssize_t)sent;
 }
@@ -662,18 +691,18 @@ static ssize_t send_urgent(struct sov_sock *s, const struct iovec *iov, int iovc
         rc = wait_credit(s, nonblock);
     struct sov_conn *c = s->conn;
     if (rc == 0) {
-        c->sbuf[0] = urgent;
-        rc = sov_post_urgent(c, c->sbuf, 1, c->sbuf_mh);
+        uint8_t *b = sov_stage(c);
+        b[0] = urgent;
+        rc = sov_post_urgent(c, b, 1, c->sbuf_mh);
     }
     if (rc) {
         if (n)
             return n;
         return rc == -ECONNRESET || rc == -EPIPE ? send_error(s) : rc;
     }
-    c->credits--;
     c->stats.copied_sends++;
-    c->stats.data_packets_sent++;
-    c->stats.bytes_sent++;
+    sent_packet(c, 1);
+    sov_sends_out(c);
     sov_repost_deferred(c);
     return n + 1;
 }

@@ -125,9 +125,7 @@ static bool export_conn(struct sov_handoff *h, struct sov_sock *s, const int32_t
         sov_flush(s, true);
     c = s->conn;
     sov_repost_deferred(c);
-    VIP_DESCRIPTOR *d;
-    while (VipSendDone(c->vi, &d) == VIP_SUCCESS)
-        c->s_reaped++;
+    sov_sends_settle(c); /* none of ours left in flight for the next holder */
     if (forked && !c->shared) { /* vfork: the parent holds it too */
         VipxViShare(c->vi);
         c->shared = true;

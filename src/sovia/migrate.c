@@ -269,7 +269,7 @@ static int give_back(struct sov_sock *s, uint64_t end)
     int rc = 0;
     while (rc == 0 && sov_readable(s)) {
         struct sov_conn *c = s->conn;
-        struct iovec v = {c->sbuf, c->send_mtu};
+        struct iovec v = {sov_stage(c), c->send_mtu};
         ssize_t n = sov_do_recv(s, &v, 1, MSG_DONTWAIT); /* VI bytes: some are readable */
         if (n <= 0)
             break;
@@ -291,7 +291,7 @@ static int give_back(struct sov_sock *s, uint64_t end)
                 rc = -EBADF;
         }
         if (rc == 0)
-            rc = sov_post_packet(c, PKT_DATA, c->sbuf, (uint32_t)n, c->sbuf_mh);
+            rc = sov_post_packet(c, PKT_DATA, v.iov_base, (uint32_t)n, c->sbuf_mh);
         if (rc == 0)
             c->credits--;
     }

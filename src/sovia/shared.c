@@ -176,9 +176,7 @@ static void rec_unlock(struct sov_rec *r)
 static size_t save(struct sov_sock *s, struct sov_conn *c, struct rec_state *st, uint32_t *words)
 {
     sov_repost_deferred(c); /* the record knows no held-back buffer */
-    VIP_DESCRIPTOR *d;
-    while (VipSendDone(c->vi, &d) == VIP_SUCCESS)
-        c->s_reaped++;
+    sov_sends_settle(c);    /* none of ours left in flight for the next holder */
     memset(st, 0, sizeof(*st));
     size_t n = 0;
     for (unsigned k = 0; k < c->rq_count; k++) {

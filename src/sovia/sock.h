@@ -145,7 +145,7 @@ struct sov_conn {
     VIP_MEM_HANDLE arena_mh;
     VIP_DESCRIPTOR *rdesc, *sdesc; /* receive and send descriptors */
     VIP_MEM_HANDLE desc_mh;
-    uint8_t *sbuf; /* copy buffer (one MTU), registered */
+    uint8_t *sbuf; /* copy buffers: one MTU per send descriptor, registered */
     VIP_MEM_HANDLE sbuf_mh;
     uint8_t *cbuf; /* combining buffer (one MTU), registered */
     VIP_MEM_HANDLE cbuf_mh;
@@ -165,6 +165,8 @@ struct sov_conn {
     size_t send_mtu;      /* largest DATA the peer takes: min of both MTUs */
     unsigned s_next;   /* next send descriptor */
     unsigned s_reaped; /* send descriptors dequeued with VipSendDone */
+    bool send_failed;  /* a reaped send had failed: the next post reports it */
+    bool inflight;     /* a send may not have completed yet (never on shm) */
     int deferred;      /* a read buffer whose repost waits (-1: none), see consumed() */
 
     bool wr_shut;     /* our FIN is sent (or owed after the combining buffer) */
@@ -499,6 +501,36 @@ bool sov_shared_own_early(struct sov_conn *c);
 bool sov_shared_others(struct sov_conn *c);
 void sov_shared_fork(struct sov_conn *c);
 void sov_shared_forked(bool child); /* after fork, in both processes */
+/* The copy buffer of the next send. With nothing in flight (always on
+ * shm, whose sends complete inside the post) every buffer is free and the
+ * first serves, as the single one did; else the next descriptor's own,
+ * once that descriptor was reaped. Data staged in its descriptor's buffer
+ * and posted at once stays in flight after the post. c->inflight is tested
+ * inline here and below: these run on every send and the receive spin. */
+uint8_t *sov_stage_next(struct sov_conn *c);
+static inline uint8_t *sov_stage(struct sov_conn *c)
+{
+    return c->inflight ? sov_stage_next(c) : c->sbuf;
+}
+/* Reads the send queue when its oldest send is still in flight: progress
+ * for providers that move data only then (fabric:tcp). */
+void sov_sends_step(struct sov_conn *c);
+static inline void sov_sends_drive(struct sov_conn *c)
+{
+    if (c->inflight)
+        sov_sends_step(c);
+}
+/* Until every send posted has completed (sov_sends_out), and been reaped
+ * (sov_sends_settle). */
+void sov_sends_finish(struct sov_conn *c);
+static inline void sov_sends_out(struct sov_conn *c)
+{
+    if (c->inflight)
+        sov_sends_finish(c);
+}
+void sov_sends_settle(struct sov_conn *c);
+/* DATA left in flight: its memory stays until sov_sends_out. */
+int sov_post_inflight(struct sov_conn *c, const void *data, uint32_t len, VIP_MEM_HANDLE mh);
 int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uint32_t len,
                     VIP_MEM_HANDLE mh);
 int sov_post_urgent(struct sov_conn *c, const void *data, uint32_t len, VIP_MEM_HANDLE mh);
