@@ -73,6 +73,8 @@ struct epset {
     atomic_bool kernel_owed;    /* a call returned at once without looking */
     _Atomic uint64_t kernel_seen_ns; /* when the kernel set was last looked at */
     atomic_int sleepers;        /* threads asleep on it */
+    /* No futex sleep tried before (an entry did not fit: futex_hold) */
+    _Atomic uint64_t futex_after_ns;
 };
 
 static _Atomic(struct epset *) sets[MAX_SETS];
@@ -171,6 +173,7 @@ static void recount(struct epset *s)
         *(s->v[i].kind == CARRIED ? &carried : &nested) += 1;
     atomic_store(&s->ncarried, carried);
     atomic_store(&s->nnested, nested);
+    atomic_store(&s->futex_after_ns, 0); /* may fit now */
     /* From now on poll and select may meet an epoll set with carried
      * entries: sov_poll asks us about the descriptors it does not carry. */
     if (carried && !__atomic_load_n(&sov_poll_hooks.user_revents, __ATOMIC_RELAXED))
@@ -665,7 +668,8 @@ static bool kernel_may(struct epset *s)
  * CQ's descriptor that the sleeper then drains (a sleeping round trip's
  * largest cost). The process's ringers (an entry that joins, a close) and
  * signal handlers ring the thread's own word. */
-#define FUTEX_VIS 15
+#define FUTEX_VIS 16
+#define FUTEX_RETRY_NS 10000000 /* a set that did not fit is tried again after */
 
 struct futex_sleep {
     VIPX_SLEEP_WORD w[FUTEX_VIS + 1]; /* the thread's own first */
@@ -694,13 +698,14 @@ static bool futex_hold(struct epset *s, struct futex_sleep *f)
     bool busy = false;
     if (atomic_load(&s->nnested) > 0 || !look_lock(s, &busy))
         return false;
-    bool ok = s->n <= FUTEX_VIS;
+    bool ok = s->n <= FUTEX_VIS, unfit = !ok;
     for (unsigned i = 0; ok && i < s->n; i++) {
         struct item *it = &s->v[i];
         if (it->disabled)
             continue;
         struct sov_sock *k = it->kind == CARRIED ? sov_lookup(it->fd) : NULL;
         if (!k || !sov_sock_trylock(k)) {
+            unfit = !k;
             ok = false;
             break;
         }
@@ -708,6 +713,7 @@ static bool futex_hold(struct epset *s, struct futex_sleep *f)
         int bound = -1;
         ok = !k->dead && sov_lookup(it->fd) == k && c && c->vi &&
              c->cfg.handling == SOV_SINGLE && !k->tp_waiting;
+        unfit = !ok;
         if (ok) {
             atomic_fetch_add(&c->sleepers, 1);
             if (VipxViSleepArm(c->vi, VIP_TRUE, &f->w[f->nc + 1], &bound) == VIP_SUCCESS) {
@@ -724,6 +730,8 @@ static bool futex_hold(struct epset *s, struct futex_sleep *f)
     look_unlock(s);
     if (!ok || f->nc == 0) {
         futex_let_go(f);
+        if (unfit || f->nc == 0) /* a listener, a fallen-back socket: not every sleep */
+            atomic_store(&s->futex_after_ns, sov_now_ns() + FUTEX_RETRY_NS);
         return false;
     }
     return true;
@@ -826,7 +834,8 @@ static int wait_active(int epfd, struct epset *s, struct epoll_event *out, int m
          * added meanwhile rings them: count_kernel, ctl_carried). */
         atomic_fetch_add(&s->sleepers, 1);
         int slept = 0;
-        if (!kernel_may(s) && !pending)
+        if (!kernel_may(s) && !pending && atomic_load(&s->ncarried) <= FUTEX_VIS &&
+            now >= atomic_load_explicit(&s->futex_after_ns, memory_order_relaxed))
             slept = futex_doze(epfd, s, out, max, (int)left_ms, kernel_first, &pending, &sig, &n);
         if (slept) {
             atomic_fetch_sub(&s->sleepers, 1);
