@@ -182,18 +182,16 @@ static void futex_wake_private(_Atomic uint32_t *word)
 }
 
 /* The word bumped before the mode is read, the mode set before the token
- * is read (vipl_waiter_sleep_arm): a ringer that takes the thread for a
- * poller has bumped the word before the futex sleeper's token, so its
- * sleep does not begin. */
+ * is read (vipl_waiter_sleep_arm): a ringer that does not see a futex
+ * sleeper has bumped the word before its token, so its sleep does not
+ * begin. The doorbell is rung as well: a signal handler may poll in a
+ * sleep nested in the futex sleep it interrupted. */
 static void ring(struct vipl_waiter *w)
 {
     atomic_fetch_add(&w->ringing, 1);
     atomic_fetch_add_explicit(&w->word, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&w->futexing, memory_order_seq_cst)) {
+    if (atomic_load_explicit(&w->futexing, memory_order_seq_cst))
         futex_wake_private(&w->word);
-        atomic_fetch_sub(&w->ringing, 1);
-        return;
-    }
     int fd = atomic_load(&w->efd);
     if (fd >= 0 && !atomic_exchange(&w->rung, true)) { /* not rung since it last looked */
         uint64_t one = 1;
