@@ -196,10 +196,18 @@ static void test_wakes(void)
     take(next_seq++);
 
     sleep_until(wake_by_waiters, "VipxWakeWaiters");
-    struct sigaction sa = {.sa_handler = on_usr1, .sa_flags = SA_RESTART};
-    sigemptyset(&sa.sa_mask);
-    CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
-    sleep_until(wake_by_signal, "VipxWakeSelf in a handler (SA_RESTART)");
+#ifdef __SANITIZE_THREAD__
+    /* ThreadSanitizer runs a handler when the thread leaves the system
+     * call (its own blocking interceptors excepted): after the sleep. */
+    h_log("ThreadSanitizer: no handler case");
+    if (0)
+#endif
+    {
+        struct sigaction sa = {.sa_handler = on_usr1, .sa_flags = SA_RESTART};
+        sigemptyset(&sa.sa_mask);
+        CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
+        sleep_until(wake_by_signal, "VipxWakeSelf in a handler (SA_RESTART)");
+    }
     VIP_DESCRIPTOR *x;
     CHECK_RET(VipRecvDone(vi, &x), VIP_NOT_DONE);
 }
