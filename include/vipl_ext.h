@@ -145,6 +145,40 @@ VIP_RETURN VipxCQDisarmQuiet(VIP_CQ_HANDLE CQHandle);
 VIP_RETURN VipxWakeWaiters(void);
 
 /*
+ * A futex sleep on a few VIs' own words, for a thread that waits for those
+ * VIs only and has no kernel descriptor to poll (the shm provider: the peer
+ * wakes it with one FUTEX_WAKE instead of a datagram to the CQ's
+ * descriptor, which the sleeper would then drain). The VIs stay on their
+ * CQ; the CQ is not armed for this sleep.
+ *     VipxSleepArm(&w[0]);                  the thread: counted asleep
+ *     VipxViSleepArm(vi, VIP_TRUE, &w[i], &bound) for each VI
+ *     look for work; if none: VipxSleepWords(w, n, ms) (ms within bound)
+ *     VipxViSleepArm(vi, VIP_FALSE, NULL, NULL) for each; VipxSleepDisarm()
+ * VipxSleepWords returns VIP_SUCCESS on a wake-up, a signal, or a word
+ * that changed since its arm (look again), VIP_TIMEOUT at the end of `ms`
+ * (-1: an hour). The peer can write a VI's word, so a wake-up proves
+ * nothing: look at the real condition; and, for an inheritable VI, the
+ * count it reads: the arm's bound (100 ms) then applies. A thread's own
+ * word is rung by VipxWakeWaiters, and by VipxWakeSelf, which a signal
+ * handler may call (async-signal-safe) so that a sleep it interrupts, or
+ * is about to begin, ends. VIP_ERROR_NOT_SUPPORTED: no such sleep here
+ * (no waiter slot, no futex_waitv, a provider without, a VI on no CQ):
+ * use VipxCQPollFds.
+ */
+typedef struct {
+    void *Word;
+    VIP_UINT32 Token;
+    VIP_UINT32 Shared;
+} VIPX_SLEEP_WORD;
+
+VIP_RETURN VipxSleepArm(VIPX_SLEEP_WORD *Self);
+VIP_RETURN VipxViSleepArm(VIP_VI_HANDLE ViHandle, VIP_BOOLEAN Arm, VIPX_SLEEP_WORD *Word,
+                          int *MaxSleepMs);
+VIP_RETURN VipxSleepWords(const VIPX_SLEEP_WORD *Words, int Count, int TimeoutMs);
+VIP_RETURN VipxSleepDisarm(void);
+VIP_RETURN VipxWakeSelf(void);
+
+/*
  * Nudges: a VI's consumer asks the peer's to look at the VI now, even if
  * the peer's program waits elsewhere: VipxViNudge sends the notice beside
  * the data path (the shm provider: on the connection's socket), and the

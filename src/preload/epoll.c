@@ -73,6 +73,8 @@ struct epset {
     atomic_bool kernel_owed;    /* a call returned at once without looking */
     _Atomic uint64_t kernel_seen_ns; /* when the kernel set was last looked at */
     atomic_int sleepers;        /* threads asleep on it */
+    /* No futex sleep tried before (an entry did not fit: futex_hold) */
+    _Atomic uint64_t futex_after_ns;
 };
 
 static _Atomic(struct epset *) sets[MAX_SETS];
@@ -171,6 +173,7 @@ static void recount(struct epset *s)
         *(s->v[i].kind == CARRIED ? &carried : &nested) += 1;
     atomic_store(&s->ncarried, carried);
     atomic_store(&s->nnested, nested);
+    atomic_store(&s->futex_after_ns, 0); /* may fit now */
     /* From now on poll and select may meet an epoll set with carried
      * entries: sov_poll asks us about the descriptors it does not carry. */
     if (carried && !__atomic_load_n(&sov_poll_hooks.user_revents, __ATOMIC_RELAXED))
@@ -656,6 +659,118 @@ static bool kernel_may(struct epset *s)
            atomic_load(&s->nnested) > 0;
 }
 
+/* ---- A futex sleep --------------------------------------------------------
+ *
+ * A set of carried connections alone (no kernel entry, no nested set, each
+ * paired and handled in the caller's thread), at most FUTEX_VIS of them:
+ * the thread sleeps on their VIs' own words and its own (VipxSleepWords),
+ * which their peers wake with one FUTEX_WAKE instead of a datagram to the
+ * CQ's descriptor that the sleeper then drains (a sleeping round trip's
+ * largest cost). The process's ringers (an entry that joins, a close) and
+ * signal handlers ring the thread's own word. */
+#define FUTEX_VIS 16
+#define FUTEX_RETRY_NS 10000000 /* a set that did not fit is tried again after */
+
+struct futex_sleep {
+    VIPX_SLEEP_WORD w[FUTEX_VIS + 1]; /* the thread's own first */
+    struct sov_conn *c[FUTEX_VIS];
+    unsigned nc;
+    int bound;
+};
+
+static void futex_let_go(struct futex_sleep *f)
+{
+    for (unsigned i = 0; i < f->nc; i++) {
+        VipxViSleepArm(f->c[i]->vi, VIP_FALSE, NULL, NULL);
+        atomic_fetch_sub(&f->c[i]->sleepers, 1); /* last: the closer waits for it */
+    }
+    f->nc = 0;
+}
+
+/* Counts the thread into each entry's connection, whose VI then stays
+ * (sov_conn_destroy waits), and arms its word. false: some entry does not
+ * qualify, or a lock is busy (a closer may hold it and wait for another
+ * sleeper): nothing is held then. The caller is counted asleep already. */
+static bool futex_hold(struct epset *s, struct futex_sleep *f)
+{
+    f->nc = 0;
+    f->bound = -1;
+    bool busy = false;
+    if (atomic_load(&s->nnested) > 0 || !look_lock(s, &busy))
+        return false;
+    bool ok = s->n <= FUTEX_VIS, unfit = !ok;
+    for (unsigned i = 0; ok && i < s->n; i++) {
+        struct item *it = &s->v[i];
+        if (it->disabled)
+            continue;
+        struct sov_sock *k = it->kind == CARRIED ? sov_lookup(it->fd) : NULL;
+        if (!k || !sov_sock_trylock(k)) {
+            unfit = !k;
+            ok = false;
+            break;
+        }
+        struct sov_conn *c = k->conn;
+        int bound = -1;
+        ok = !k->dead && sov_lookup(it->fd) == k && c && c->vi &&
+             c->cfg.handling == SOV_SINGLE && !k->tp_waiting;
+        unfit = !ok;
+        if (ok) {
+            atomic_fetch_add(&c->sleepers, 1);
+            if (VipxViSleepArm(c->vi, VIP_TRUE, &f->w[f->nc + 1], &bound) == VIP_SUCCESS) {
+                f->c[f->nc++] = c;
+                if (bound >= 0 && (f->bound < 0 || bound < f->bound))
+                    f->bound = bound;
+            } else {
+                atomic_fetch_sub(&c->sleepers, 1);
+                ok = false;
+            }
+        }
+        sov_sock_unlock(k);
+    }
+    look_unlock(s);
+    if (!ok || f->nc == 0) {
+        futex_let_go(f);
+        if (unfit || f->nc == 0) /* a listener, a fallen-back socket: not every sleep */
+            atomic_store(&s->futex_after_ns, sov_now_ns() + FUTEX_RETRY_NS);
+        return false;
+    }
+    return true;
+}
+
+/* One sleep of wait_active's up to `ms` on a set that may qualify
+ * (futex_hold): counted asleep first, it looks at everything (an entry
+ * that joined, a ring, before the count), then holds and arms the VIs
+ * without waiting for a lock (their arming looks at their queues). 1 if it
+ * slept or found entries (*n, *pending), 0 if the caller must sleep its
+ * usual way, -1 with EINTR. */
+static int futex_doze(int epfd, struct epset *s, struct epoll_event *out, int max, int ms,
+                      bool kernel_first, bool *pending, const struct sov_sigwatch *sig, int *n)
+{
+    struct futex_sleep f;
+    if (VipxSleepArm(&f.w[0]) != VIP_SUCCESS)
+        return 0;
+    *n = harvest(epfd, s, out, max, ASK_IF_ANY, kernel_first, pending);
+    if (*n || *pending) {
+        VipxSleepDisarm();
+        return 1;
+    }
+    if (!futex_hold(s, &f)) {
+        VipxSleepDisarm();
+        return 0;
+    }
+    int rc = 1;
+    if (sov_sigwatch_fired(sig)) { /* a later handler rings the word */
+        errno = EINTR;
+        rc = -1;
+    } else {
+        int t = f.bound >= 0 && (ms < 0 || ms > f.bound) ? f.bound : ms;
+        VipxSleepWords(f.w, (int)f.nc + 1, t);
+    }
+    futex_let_go(&f);
+    VipxSleepDisarm();
+    return rc;
+}
+
 /* epoll_wait on a set with carried entries. The kernel set is asked in the
  * first look, so that one call reports every entry ready when it began,
  * unless the last look found it empty less than KERNEL_QUIET_NS ago (a
@@ -718,6 +833,24 @@ static int wait_active(int epfd, struct epset *s, struct epoll_event *out, int m
          * doorbells, and the set if it may hold kernel entries (an entry
          * added meanwhile rings them: count_kernel, ctl_carried). */
         atomic_fetch_add(&s->sleepers, 1);
+        int slept = 0;
+        if (!kernel_may(s) && !pending && atomic_load(&s->ncarried) <= FUTEX_VIS &&
+            now >= atomic_load_explicit(&s->futex_after_ns, memory_order_relaxed))
+            slept = futex_doze(epfd, s, out, max, (int)left_ms, kernel_first, &pending, &sig, &n);
+        if (slept) {
+            atomic_fetch_sub(&s->sleepers, 1);
+            if (slept < 0) {
+                n = -1;
+                break;
+            }
+            if (n)
+                break;
+            pending = false;
+            n = harvest(epfd, s, out, max, ASK_IF_ANY, kernel_first, &pending);
+            if (n)
+                break;
+            continue;
+        }
         VipxCQArm(sov_g.cq, VIP_TRUE);
         n = harvest(epfd, s, out, max, ASK_IF_ANY, kernel_first, &pending);
         if (n) {

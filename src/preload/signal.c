@@ -239,6 +239,7 @@ static void trampoline(int sig, siginfo_t *info, void *uc)
     if (!(a.flags & SA_RESTART))
         atomic_fetch_add_explicit(&interrupting, 1, memory_order_relaxed);
     atomic_signal_fence(memory_order_seq_cst);
+    VipxWakeSelf(); /* a futex sleep of the thread's (epoll.c) ends at once */
     int bell = dozing_on - 1;
     if (bell >= 0) { /* the sleep it may have missed ends at once; one write */
         dozing_on = 0;

@@ -432,11 +432,13 @@ static void fork_lock_sockets(void)
 }
 
 /* In both processes, after the fork. */
-static void fork_unlock_sockets(void)
+static void fork_unlock_sockets(bool child)
 {
     while (fork_locked) {
         struct sov_sock *s = fork_locked;
         fork_locked = s->next_forking;
+        if (child && s->conn) /* the parent's threads asleep on it */
+            atomic_store(&s->conn->sleepers, 0);
         s->forking = false;
         sov_unlock(&s->lock);
     }
@@ -499,7 +501,7 @@ void sov_after_fork_parent(void)
     sov_shared_forked(false);
     pthread_mutex_unlock(&sov_g.lock);
     sov_table_fork_lock(false);
-    fork_unlock_sockets();
+    fork_unlock_sockets(false);
 }
 
 /* In a forked child: the parent's threads are gone; they start again when
@@ -511,7 +513,7 @@ void sov_after_fork_child(void)
     sov_tid_cache = gettid(); /* now, before the program may sandbox itself */
     pthread_mutex_unlock(&sov_g.lock);
     sov_table_fork_lock(false);
-    fork_unlock_sockets();
+    fork_unlock_sockets(true);
     /* The parent's service thread may have been waiting on the condition
      * variable: its waiter count came along and a signal would wait for
      * that waiter forever (glibc's condvar quiesces it). */

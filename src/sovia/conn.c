@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -186,6 +187,10 @@ void sov_conn_destroy(struct sov_conn *c)
 {
     if (!c)
         return;
+    while (atomic_load(&c->sleepers)) { /* they only disarm before letting go */
+        VipxWakeWaiters();
+        sched_yield();
+    }
     atomic_fetch_add(&sov_g.bytes_sent, c->stats.bytes_sent - c->base_sent);
     atomic_fetch_add(&sov_g.bytes_received, c->taken);
     sov_shared_drop(c);

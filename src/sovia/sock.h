@@ -138,6 +138,9 @@ static inline bool sov_trylock(sov_lock_t *l)
 
 struct sov_conn {
     VIP_VI_HANDLE vi;
+    /* Threads in a futex sleep on the VI's word (the preload's epoll):
+     * sov_conn_destroy wakes them and waits for them to let go of it. */
+    atomic_uint sleepers;
     struct sov_config cfg; /* snapshot: the connection's w, t, MTU, modes */
     unsigned nrecv;        /* P pre-posted receive buffers */
     unsigned nsend;        /* send descriptors */

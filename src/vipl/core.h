@@ -62,6 +62,11 @@ int vipl_waiter_fd(const struct vipl_waiter *w);
 void vipl_waiter_arm(struct vipl_waiter *w);
 void vipl_waiter_disarm(struct vipl_waiter *w);
 void vipl_waiters_ring(const struct vipl_waiter *except); /* every sleeper but one */
+/* sleep.c's futex sleeps: the thread's own word, rung instead of its doorbell. */
+uint32_t vipl_waiter_sleep_arm(struct vipl_waiter *w);
+void vipl_waiter_sleep_disarm(struct vipl_waiter *w);
+_Atomic uint32_t *vipl_waiter_word(struct vipl_waiter *w);
+void vipl_waiter_ring_self(void);
 
 /* cq.c: a thread's sleep on a CQ (see waiters.c). */
 void vipl_cq_arm(struct vipl_cq *cq);

@@ -235,6 +235,12 @@ struct vipl_provider {
      * wake-up may not come: a sleeper with no doorbell of its own, or a CQ
      * whose armed flag a peer can write (VIPX_CQ_INHERITABLE). */
     int (*cq_sleep_bound)(struct vipl_cq *cq);
+    /* A sleep on the VI's own futex word though it is on a CQ, for a
+     * thread that waits for a few VIs (VipxViSleepArm); optional. Arm:
+     * counts the sleeper where the peer looks after each completion, gives
+     * the word and its value, and returns the longest the sleep may last
+     * (ms, -1: no limit). Disarm (arm false): word and token untouched. */
+    int (*vi_sleep_arm)(struct vipl_vi *vi, bool arm, _Atomic uint32_t **word, uint32_t *token);
 
     /* Connections held by several processes (VipxViShare & co.). */
     void (*fork_locks)(struct vipl_nic *nic);   /* in the child: its locks made new */

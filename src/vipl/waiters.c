@@ -20,11 +20,14 @@
  * needs them.
  */
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -40,6 +43,10 @@ struct vipl_waiter {
     _Atomic bool rung;
     atomic_bool owned;  /* a thread uses it */
     unsigned depth;     /* the owner's arms in progress (owner only) */
+    /* A futex sleep (sleep.c): the owner sleeps on `word` (with its VIs'
+     * words) rather than polling efd; a ring bumps and wakes it. */
+    _Atomic uint32_t word;
+    atomic_bool futexing;
 };
 
 static _Atomic(struct vipl_waiter *) slots[WAITERS_MAX];
@@ -59,6 +66,7 @@ static void release(void *p)
         return; /* the parent's, gone with the fork */
     atomic_fetch_and(&asleep[w->index / 64], ~(1ull << (w->index % 64)));
     w->depth = 0;
+    atomic_store(&w->futexing, false);
     int fd = atomic_exchange(&w->efd, -1);
     while (atomic_load(&w->ringing))
         sched_yield(); /* a ringer between its look at efd and its write */
@@ -168,9 +176,22 @@ void vipl_waiter_disarm(struct vipl_waiter *w)
     }
 }
 
+static void futex_wake_private(_Atomic uint32_t *word)
+{
+    syscall(SYS_futex, word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, INT_MAX, NULL, NULL, 0);
+}
+
+/* The word bumped before the mode is read, the mode set before the token
+ * is read (vipl_waiter_sleep_arm): a ringer that does not see a futex
+ * sleeper has bumped the word before its token, so its sleep does not
+ * begin. The doorbell is rung as well: a signal handler may poll in a
+ * sleep nested in the futex sleep it interrupted. */
 static void ring(struct vipl_waiter *w)
 {
     atomic_fetch_add(&w->ringing, 1);
+    atomic_fetch_add_explicit(&w->word, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&w->futexing, memory_order_seq_cst))
+        futex_wake_private(&w->word);
     int fd = atomic_load(&w->efd);
     if (fd >= 0 && !atomic_exchange(&w->rung, true)) { /* not rung since it last looked */
         uint64_t one = 1;
@@ -192,5 +213,40 @@ void vipl_waiters_ring(const struct vipl_waiter *except)
             if (w && w != except)
                 ring(w);
         }
+    }
+}
+
+/* A futex sleep: counted asleep (rings bump and wake `word`), and the
+ * word's value before the caller's last look. */
+uint32_t vipl_waiter_sleep_arm(struct vipl_waiter *w)
+{
+    atomic_store_explicit(&w->futexing, true, memory_order_seq_cst);
+    vipl_waiter_arm(w);
+    return atomic_load_explicit(&w->word, memory_order_seq_cst);
+}
+
+void vipl_waiter_sleep_disarm(struct vipl_waiter *w)
+{
+    vipl_waiter_disarm(w);
+    atomic_store_explicit(&w->futexing, false, memory_order_seq_cst);
+}
+
+_Atomic uint32_t *vipl_waiter_word(struct vipl_waiter *w)
+{
+    return &w->word;
+}
+
+/* From a signal handler: only the thread's own waiter, atomics and a
+ * system call. */
+void vipl_waiter_ring_self(void)
+{
+    struct vipl_waiter *w = mine;
+    if (!w || w->gen != atomic_load_explicit(&fork_gen, memory_order_relaxed))
+        return;
+    atomic_fetch_add_explicit(&w->word, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&w->futexing, memory_order_seq_cst)) {
+        int err = errno;
+        futex_wake_private(&w->word);
+        errno = err;
     }
 }

@@ -401,7 +401,7 @@ static void sc_geometry(struct hctx *hc, const struct scenario *sc)
         hd->magic ^= 1;
         break;
     case HF_VERSION:
-        hd->version = 2;
+        hd->version = SHM_VERSION + 1;
         break;
     case HF_DEPTH:
         hd->depth = sc->p[1];

@@ -463,6 +463,66 @@ static void joins_asleep_client(struct p_role *r)
     SYS(close(fd));
 }
 
+/* Answers the first byte that comes on either of two connections with 10
+ * bytes; a connection that ends first is passed over. */
+static void answer_server(struct p_role *r)
+{
+    int fd[2] = {(int)SYS(accept(r->lfd, NULL, NULL)), (int)SYS(accept(r->lfd, NULL, NULL))};
+    bool open_[2] = {true, true}, answered = false;
+    while (!answered && (open_[0] || open_[1])) {
+        struct pollfd pf[2] = {{.fd = open_[0] ? fd[0] : -1, .events = POLLIN},
+                               {.fd = open_[1] ? fd[1] : -1, .events = POLLIN}};
+        CHECK(poll(pf, 2, 10000) >= 1);
+        for (int i = 0; i < 2 && !answered; i++) {
+            if (!pf[i].revents)
+                continue;
+            char c;
+            if (SYS(read(fd[i], &c, 1)) == 0) {
+                open_[i] = false;
+                continue;
+            }
+            p_write_all(fd[i], "0123456789", 10);
+            answered = true;
+        }
+    }
+    CHECK(answered);
+    CHECK_EQ(p_get_int(r), 0);
+    SYS(close(fd[0]));
+    SYS(close(fd[1]));
+}
+
+/* A thread asleep in epoll_wait on carried sockets alone (a futex sleep on
+ * their connections' words) while another closes one of them: the close
+ * returns at once (it waits for the sleeper to let go of the connection,
+ * and wakes it), and the sleeper sleeps on and wakes for the other. */
+static void close_asleep_client(struct p_role *r)
+{
+    int quiet = p_connect(r->port), fd = p_connect(r->port);
+    int ep = (int)SYS(epoll_create1(0));
+    SYS(add(ep, quiet, EPOLLIN, TAG_INNER));
+    SYS(add(ep, fd, EPOLLIN, TAG_SOCK));
+    struct waiter w = {.ep = ep};
+    CHECK_EQ(pthread_create(&w.t, NULL, wait_thread, &w), 0);
+    p_sleep_ms(30); /* asleep by now */
+    double t0 = p_now_ms();
+    SYS(close(quiet));
+    double took = p_now_ms() - t0;
+    if (took >= 2000)
+        FAILF("close of a socket another thread sleeps on took %.0f ms", took);
+    p_write_all(fd, "x", 1);
+    CHECK_EQ(pthread_join(w.t, NULL), 0);
+    if (w.rc != 1 || w.ev.data.u64 != TAG_SOCK || !(w.ev.events & EPOLLIN))
+        FAILF("epoll_wait after a close meanwhile: %d, tag 0x%llx events 0x%x; want 1, the "
+              "other socket, EPOLLIN",
+              w.rc, (unsigned long long)w.ev.data.u64, w.ev.events);
+    char buf[10];
+    p_read_all(fd, buf, 10);
+    CHECK(memcmp(buf, "0123456789", 10) == 0);
+    p_put_int(r, 0);
+    SYS(close(ep));
+    SYS(close(fd));
+}
+
 /* ---- edge-triggered --------------------------------------------------------- */
 
 static void edge_client(struct p_role *r)
@@ -943,6 +1003,7 @@ int main(void)
     p_case("level_one_event_turns", feeder_server, turns_client, P_CARRIED);
     p_case("added_while_waiting", feeder_server, added_client, P_CARRIED);
     p_case("joins_set_asleep_on_doorbells", two_server, joins_asleep_client, P_CARRIED);
+    p_case("close_while_asleep", answer_server, close_asleep_client, P_CARRIED);
     p_case("edge", feeder_server, edge_client, P_CARRIED);
     p_case("rdhup", feeder_server, rdhup_client, P_CARRIED);
     p_case("oneshot", feeder_server, oneshot_client, P_CARRIED);

@@ -375,6 +375,9 @@ uint32_t shm_wait_prepare(void *obj, enum vipl_queue q);
 int shm_wait_sleep(void *obj, enum vipl_queue q, uint32_t token, const struct timespec *dl);
 void shm_wait_finish(void *obj, enum vipl_queue q);
 void shm_wait_wake(void *obj, enum vipl_queue q);
+int shm_vi_sleep_arm(struct vipl_vi *vi, bool arm, _Atomic uint32_t **word, uint32_t *token);
+void shm_vi_sleep_kick(struct shm_vi *vi);
+bool shm_recv_may_be_ready(struct shm_vi *vi); /* lock-free */
 bool shm_cq_wait_drain(struct vipl_cq *cq);
 
 /* shm_conn.c */

@@ -807,6 +807,7 @@ VIP_RETURN shm_disconnect(struct vipl_vi *cvi)
      * A VI destroyed next (VipxDisconnectLast) reads nothing of them again. */
     shm_rq_flush_all(vi);
     if (!cvi->last) {
+        shm_vi_sleep_kick(vi);
         if (shm_vi_segments_create(vi) != 0)
             return VIP_ERROR_RESOURCE;
         pthread_mutex_lock(&cvi->nic->lock);

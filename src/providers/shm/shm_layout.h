@@ -30,7 +30,7 @@
 
 #define SHM_LINE 64
 #define SHM_MAGIC 0x53564941u /* "SVIA" */
-#define SHM_VERSION 1u
+#define SHM_VERSION 2u
 #define SHM_POST_SEGS 6
 #define SHM_INLINE_MAX 32
 #define SHM_MAX_DEPTH 4096
@@ -71,7 +71,11 @@ struct shm_ctl_live {
     _Atomic uint32_t recv_armed; /* > 0: the owner sleeps on rx.wake_seq */
     _Atomic uint32_t recv_epoch; /* armings of recv_armed by the relay (SHM_CQ_EPOCH) */
     struct shm_holder holder[SHM_HOLDERS];
-    uint32_t reserved2[2];
+    /* > 0: a thread of the owner (or of a holder since a fork) sleeps with
+     * a futex on rx.wake_seq though the VI is on a CQ (VipxViSleepArm): the
+     * peer bumps the word and wakes it instead of the CQ's datagram. */
+    _Atomic uint32_t futex_armed;
+    uint32_t reserved2[1];
 };
 
 #define SHM_POST_STAGED 1u

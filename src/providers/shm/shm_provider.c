@@ -110,6 +110,7 @@ const struct vipl_provider vipl_provider_shm = {
     .wait_sleep = shm_wait_sleep,
     .wait_finish = shm_wait_finish,
     .wait_wake = shm_wait_wake,
+    .vi_sleep_arm = shm_vi_sleep_arm,
     .connect_wait = shm_connect_wait,
     .connect_accept = shm_connect_accept,
     .connect_reject = shm_connect_reject,

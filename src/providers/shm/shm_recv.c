@@ -157,7 +157,7 @@ static uint32_t take_completion(struct shm_vi *vi, struct shm_rq_entry *e,
 
 /* A lock-free look: can the head possibly be complete? Polling loops spin
  * here without taking the lock (or writing any line) until it can. */
-static bool head_may_be_ready(struct shm_vi *vi)
+bool shm_recv_may_be_ready(struct shm_vi *vi)
 {
     uint32_t head = __atomic_load_n(&vi->rq_head, __ATOMIC_RELAXED);
     if (head == atomic_load_explicit(&vi->rq_tail, memory_order_acquire))
@@ -174,7 +174,7 @@ static bool head_may_be_ready(struct shm_vi *vi)
 VIP_RETURN shm_recv_done(struct vipl_vi *cvi, VIP_DESCRIPTOR **out)
 {
     struct shm_vi *vi = shm_vi(cvi);
-    if (!head_may_be_ready(vi))
+    if (!shm_recv_may_be_ready(vi))
         return VIP_NOT_DONE;
     int fail = SHM_NO_FAILURE;
     uint32_t status, length = 0, imm = 0;

@@ -180,9 +180,19 @@ static void ring_named(uint64_t id)
     sendto(s, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len);
 }
 
+/* A thread asleep on the VI's own word though the VI is on a CQ
+ * (shm_vi_sleep_arm): woken with a futex, no datagram. The word is in the
+ * rx segment, which the peer writes anyway; the count is in ctl. */
+static void ring_vi_word(const struct shm_ctl *ctl, struct shm_rx *rx)
+{
+    if (atomic_load_explicit(&ctl->live.futex_armed, memory_order_relaxed))
+        ring(&rx->live.wake_seq, true, -1);
+}
+
 void shm_wake_peer(struct shm_peer *peer)
 {
     shm_full_barrier();
+    ring_vi_word(peer->ctl, peer->rx);
     if (atomic_load_explicit(peer->wake_armed, memory_order_relaxed)) {
         if (peer->wake_named || peer->wake_sock >= 0) {
             /* One byte per arming: the sleeper drains and looks at every
@@ -277,4 +287,53 @@ void shm_wait_wake(void *obj, enum vipl_queue q)
 {
     struct shm_wake w = shm_wake_of(obj, q);
     ring(w.word, w.shared, w.sock_tx);
+    if (q == VIPL_RECVQ) {
+        struct shm_vi *vi = obj;
+        shm_full_barrier();
+        ring_vi_word(vi->ctl, vi->rx);
+    }
+}
+
+/* ---- A VI's own word for a sleeper of a CQ'd VI ------------------------------
+ *
+ * A thread that waits for a few VIs only (a blocked recv, an epoll set of
+ * carried sockets alone) counts itself in each VI's ctl futex_armed, takes
+ * rx.wake_seq as its token, looks at the receive queue's head (a completion
+ * there makes the token one that cannot match), and sleeps on the words
+ * (the core's futex_waitv). The peer, after writing a completion, reads the count and
+ * bumps and wakes the word (ring_vi_word): one FUTEX_WAKE instead of the
+ * CQ's datagram and its drain. The peer can write the word (rx is its to
+ * write) and, for an inheritable VI, the count (ctl is not sealed): it can
+ * wake us for nothing or not at all, so such a sleep is bounded (100 ms, as
+ * an inheritable CQ's), and the caller looks at its real condition after
+ * every wake-up. */
+int shm_vi_sleep_arm(struct vipl_vi *cvi, bool arm, _Atomic uint32_t **word, uint32_t *token)
+{
+    struct shm_vi *vi = shm_vi(cvi);
+    _Atomic uint32_t *n = &vi->ctl->live.futex_armed;
+    if (!arm) {
+        uint32_t a = atomic_load_explicit(n, memory_order_relaxed);
+        while (a && !atomic_compare_exchange_weak_explicit(n, &a, a - 1, memory_order_relaxed,
+                                                           memory_order_relaxed))
+            ;
+        return 0;
+    }
+    /* Counted before the token is taken: a peer that does not see us
+     * counted has written its completion before our look after this. */
+    atomic_fetch_add_explicit(n, 1, memory_order_seq_cst);
+    *word = &vi->rx->live.wake_seq;
+    *token = atomic_load_explicit(*word, memory_order_seq_cst);
+    /* A completion that came before the count: a token that cannot match
+     * (the caller's look may have been before it, and takes no lock now). */
+    if (shm_recv_may_be_ready(vi))
+        *token = ~*token;
+    return vi->inheritable ? 100 : -1;
+}
+
+/* The VI's segments are about to be replaced (a disconnect): a sleeper on
+ * the old word is woken now, as the new word's wake-up would miss it. */
+void shm_vi_sleep_kick(struct shm_vi *vi)
+{
+    shm_full_barrier();
+    ring_vi_word(vi->ctl, vi->rx);
 }
