@@ -279,42 +279,59 @@ static bool peer_done(const struct sov_conn *c)
 
 /* Gives the peer back its bytes we have not read (what our program would
  * read next: an urgent byte passed over stays passed over), as DATA, as
- * far as our credits go. Short of a credit, it acknowledges what it owes:
- * when the peer gives back too, it waits for a credit as we do, and below
- * ack_every neither would send one (tests/model/README.md, 3.9). */
+ * far as our credits go. One buffer is read ahead (gb_len bytes in sbuf):
+ * that frees a receive buffer, and short of a credit it acknowledges what
+ * it owes: when the peer gives back too, it waits for a credit as we do,
+ * and below ack_every neither would send one (tests/model/README.md, 3.9). */
 static int give_back_some(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
-    while (c->credits > 0) {
-        size_t n = sov_vi_take(s, c->sbuf, c->send_mtu);
-        if (n == 0)
+    for (;;) {
+        if (!c->gb_len) {
+            size_t n = sov_vi_take(s, c->sbuf, c->send_mtu);
+            if (n == 0)
+                return 0;
+            c->taken -= (uint64_t)n; /* given back, not read: our program reads them later */
+            c->gb_len = (uint32_t)n;
+        }
+        if (c->credits == 0) {
+            sov_repost_deferred(c);
+            if (c->to_ack && sov_conn_send_ctrl(c, PKT_ACK) != 0)
+                return -ECONNRESET;
             return 0;
-        c->taken -= (uint64_t)n; /* given back, not read: our program reads them later */
-        int rc = sov_post_packet(c, PKT_DATA, c->sbuf, (uint32_t)n, c->sbuf_mh);
+        }
+        int rc = sov_post_packet(c, PKT_DATA, c->sbuf, c->gb_len, c->sbuf_mh);
         if (rc)
             return rc;
         c->credits--;
+        c->gb_len = 0;
     }
-    if (sov_readable(s) && !s->rd_shut && !c->reset) {
-        sov_repost_deferred(c);
-        if (c->to_ack && sov_conn_send_ctrl(c, PKT_ACK) != 0)
-            return -ECONNRESET;
-    }
-    return 0;
+}
+
+/* Nothing more to give back. */
+static bool given_back(const struct sov_sock *s)
+{
+    return !s->conn->gb_len && (!sov_readable(s) || s->rd_shut);
 }
 
 /* The leaving end's: all of it, waiting for credits until `end`. */
 static int give_back(struct sov_sock *s, uint64_t end)
 {
     uint64_t spun = 0;
+    bool nudged = false;
     for (;;) {
         int rc = give_back_some(s);
         struct sov_conn *c = s->conn;
-        if (rc || !sov_readable(s) || s->rd_shut)
+        if (rc || given_back(s))
             return rc;
         sov_progress(s);
         if (c->reset || sov_now_ns() > end)
             return -ECONNRESET;
+        /* Our credits come from the peer's side moving, which its service
+         * thread may do (its program waits elsewhere): once per wait. */
+        if (c->credits == 0 && !nudged)
+            VipxViNudge(c->vi);
+        nudged = c->credits == 0;
         if (c->credits == 0 && sov_wait(s, &spun) == -EBADF)
             return -EBADF;
     }
@@ -340,7 +357,7 @@ void sov_mig_step(struct sov_sock *s)
             sov_conn_abort(c);
             return;
         }
-        if (sov_readable(s) && !s->rd_shut)
+        if (!given_back(s))
             return;
         if (post_mig(c, MIG_END) != 0) {
             sov_conn_abort(c);

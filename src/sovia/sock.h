@@ -221,6 +221,7 @@ struct sov_conn {
     /* Our side moves because the peer asked (our REQUEST answered its
      * own): sov_mig_step moves it, not our program. */
     bool mig_auto;
+    uint32_t gb_len; /* read ahead to give back, in sbuf, waiting for a credit */
     /* The kernel socket is shut for writing: our program shut down while
      * carried (wr_shut), and the stream's send side became the kernel's
      * (sov_mig_kernel_fin). Not before: a peer that leaves gives back
