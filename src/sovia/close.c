@@ -24,8 +24,9 @@
 static bool close_done(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
-    return c->reset || c->peer_gone || (c->wr_shut && c->fin_acked && c->peer_fin) ||
-           c->peer_mig == PMIG_ENDED;
+    return c->reset || c->peer_gone ||
+           (!sov_mig_ours_moving(c) && /* our END is still due (sov_mig_step) */
+            ((c->wr_shut && c->fin_acked && c->peer_fin) || c->peer_mig == PMIG_ENDED));
 }
 
 /* Takes a closed socket's connection away from the handler thread (HANDLER

@@ -47,8 +47,10 @@ VIP_DESCRIPTOR *sov_rdesc_reset(struct sov_conn *c, unsigned i)
 
 static int repost(struct sov_conn *c, unsigned i)
 {
-    if (c->peer_mig == PMIG_ENDED)
-        return 0; /* the peer left the VI (migrate.c): nothing more comes */
+    /* The peer left the VI (migrate.c): nothing more comes, but for its
+     * ACKs of what we still give back (every migration is a crossing). */
+    if (c->peer_mig == PMIG_ENDED && c->mig != MIG_RETURNING)
+        return 0;
     VIP_DESCRIPTOR *d = sov_rdesc_reset(c, i);
     if (VipPostRecv(c->vi, d, c->desc_mh) != VIP_SUCCESS) {
         VIP_VI_STATE st;
@@ -319,6 +321,7 @@ int sov_progress(struct sov_sock *s)
         sov_handle_packet(s, d);
         n++;
     }
+    sov_mig_step(s); /* our side of a migration the peer asked for */
     return n;
 }
 
@@ -788,6 +791,16 @@ static size_t read_step(struct sov_sock *s, struct sov_conn *c, const struct iov
     return copy_out(c, iov, iovcnt, got, skip, max, peek);
 }
 
+/* Up to len bytes of what our program would read next, taken without
+ * handling packets (migrate.c gives them back to the peer). */
+size_t sov_vi_take(struct sov_sock *s, void *buf, size_t len)
+{
+    if (!sov_readable(s) || s->rd_shut)
+        return 0;
+    struct iovec v = {buf, len};
+    return read_step(s, s->conn, &v, 1, 0, len, false);
+}
+
 /* recv(MSG_OOB): the urgent byte, once, as TCP (tcp_recv_urg): EINVAL when
  * there is none, it was taken, or it is read in band (SO_OOBINLINE). */
 static ssize_t recv_urgent(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags)
@@ -831,6 +844,14 @@ ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
         if (c->clen)
             sov_flush(s, false); /* condition (4): recv() sends what is combined */
         c = s->conn;
+        /* The peer's REQUEST moves our side too, and what is unread goes
+         * back from the front (migrate.c): the rest is the kernel's. */
+        if (sov_mig_answer_moving(c)) {
+            int rc = got ? 0 : sov_mig_wait_ours(s, nonblock);
+            if (got || rc)
+                return got ? (ssize_t)got : rc;
+            continue;
+        }
         if (sov_readable(s) && !s->rd_shut) {
             got += read_step(s, c, iov, iovcnt, got, want, peek);
             bool at_mark = c->urg && c->urg_ahead == 0;
@@ -842,9 +863,9 @@ ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
             return (ssize_t)got;
         /* Another thread of ours moves it to the kernel socket: the VI's
          * part is read (what is left goes back), the rest is there. */
-        if (sov_mig_ours_moving(c) && !c->reset)
+        if (sov_mig_ours_moving(c) && !c->mig_auto && !c->reset)
             return got ? (ssize_t)got : sov_mig_wait_ours(s, nonblock);
-        if (c->peer_fin)
+        if (c->peer_fin && !c->mig_auto) /* (with our side moved, the kernel's) */
             return (ssize_t)got;
         if (c->peer_mig && !c->reset) /* the rest of its stream: the kernel's */
             return sov_mig_recv(s, iov, iovcnt, flags, got);

@@ -39,6 +39,7 @@ static void handle_all(struct sov_sock *s, VIP_DESCRIPTOR *first)
         sov_handle_packet(s, d);
     while (s->conn && VipRecvDone(s->conn->vi, &d) == VIP_SUCCESS)
         sov_handle_packet(s, d);
+    sov_mig_step(s); /* our side of a migration the peer asked for (migrate.c) */
 }
 
 static void *handler_thread(void *arg)

@@ -7,17 +7,23 @@
  * The kernel connection under a carried one is idle and in order, so the
  * two ends only have to agree where each direction's stream leaves the VI:
  *
- *   A (leaving)                          B (its peer, stays a while)
- *   MIG REQUEST after its last DATA  ->  reads A's DATA up to the REQUEST,
- *   (A's next bytes: kernel socket)      then the kernel socket;
- *                                    <-  MIG ACK after its last DATA (and
- *                                        holds its program's next bytes)
+ *   A (leaving)                          B (its peer, stays)
+ *   MIG REQUEST after its last DATA  ->  its program's next bytes wait;
+ *   (A's next bytes: kernel socket)  <-  MIG REQUEST, ACK after its last DATA
+ *   MIG ACK                          ->
  *   DATA: B's bytes A had not read   ->  written to the kernel socket first
  *   MIG END                          ->  then its program's bytes, there
- *   drops the VI: a plain socket         drops the VI once its program has
- *                                        read what A sent before REQUEST
+ *   written to the kernel first      <-  DATA: A's bytes B's program had
+ *                                        not read (none after B's ACK)
+ *   then A's program's, there        <-  MIG END
+ *   drops the VI: a plain socket         drops the VI: its program reads
+ *                                        the rest from the kernel socket
  *
- * So no byte is lost, doubled or reordered, and neither program notices.
+ * B answers with a REQUEST of its own: every migration is a crossing, and
+ * B's side moves at once, by whichever of its threads handles the socket
+ * (sov_mig_step), not when its program leaves too, which A, gone by then,
+ * could not serve (tests/model/README.md, 3.10). So no byte is lost,
+ * doubled or reordered, and neither program notices.
  * A nudges B (VipxViNudge): B's threads answer within microseconds when
  * they sleep in sovia, its service thread when its program waits
  * elsewhere. Either end resets the connection if the other's next step
@@ -155,8 +161,8 @@ static void peer_asks(struct sov_sock *s, struct sov_conn *c)
     /* A socket our program closed has no kernel socket left to carry what
      * it owes; one shared with a record cannot keep it where its other
      * holders see it: reset (docs/PROTOCOL.md). */
-    if (c->rec || !c->peer_window || c->peer_mig != PMIG_NONE || !s->transparent ||
-        s->app_closed) {
+    if ((c->rec && c->mig == MIG_NONE) || !c->peer_window || c->peer_mig != PMIG_NONE ||
+        !s->transparent || s->app_closed) {
         sov_conn_abort(c);
         return;
     }
@@ -168,8 +174,19 @@ static void peer_asks(struct sov_sock *s, struct sov_conn *c)
         sov_conn_abort(c);
         return;
     }
-    if (post_mig(c, MIG_ACK) != 0)
+    /* Our side goes too (3.10): our REQUEST before the ACK the peer waits
+     * for, so it knows to wait for our END as well. */
+    bool leaving = c->mig != MIG_NONE;
+    if (!leaving && post_mig(c, MIG_REQUEST) == 0) {
+        c->mig = MIG_ASKED;
+        c->mig_auto = true;
+    }
+    if (c->mig == MIG_NONE || post_mig(c, MIG_ACK) != 0) {
         sov_conn_abort(c);
+        return;
+    }
+    if (leaving) /* a peer that only answered: its service thread goes on */
+        VipxViNudge(c->vi);
     sov_mig_watch(s);
 }
 
@@ -215,9 +232,7 @@ void sov_mig_packet(struct sov_sock *s, struct sov_conn *c, uint32_t imm, uint32
             return;
         }
         c->peer_mig = PMIG_ENDED;
-        c->ret_tail = 0;
-        if (c->mig == MIG_NONE) /* (ours counts itself in sov_migrate) */
-            atomic_fetch_add(&sov_g.tp_migrated, 1); /* even if it is closed before it settles */
+        c->ret_tail = 0; /* (ours counts itself: sov_migrate, sov_mig_step) */
         if (!sov_mig_push(s))
             c->ret_len = c->ret_off = 0;
         return;
@@ -263,39 +278,114 @@ static bool peer_done(const struct sov_conn *c)
 }
 
 /* Gives the peer back its bytes we have not read (what our program would
- * read next: an urgent byte passed over stays passed over), as DATA. */
+ * read next: an urgent byte passed over stays passed over), as DATA, as
+ * far as our credits go. One buffer is read ahead (gb_len bytes in sbuf):
+ * that frees a receive buffer, and short of a credit it acknowledges what
+ * it owes: when the peer gives back too, it waits for a credit as we do,
+ * and below ack_every neither would send one (tests/model/README.md, 3.9). */
+static int give_back_some(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    for (;;) {
+        if (!c->gb_len) {
+            sov_sends_out(c); /* sbuf free: nothing of ours in flight (fabric) */
+            size_t n = sov_vi_take(s, c->sbuf, c->send_mtu);
+            if (n == 0)
+                return 0;
+            c->taken -= (uint64_t)n; /* given back, not read: our program reads them later */
+            c->gb_len = (uint32_t)n;
+        }
+        if (c->credits == 0) {
+            sov_repost_deferred(c);
+            if (c->to_ack && sov_conn_send_ctrl(c, PKT_ACK) != 0)
+                return -ECONNRESET;
+            return 0;
+        }
+        int rc = sov_post_packet(c, PKT_DATA, c->sbuf, c->gb_len, c->sbuf_mh);
+        if (rc)
+            return rc;
+        c->credits--;
+        c->gb_len = 0;
+    }
+}
+
+/* Nothing more to give back. */
+static bool given_back(const struct sov_sock *s)
+{
+    return !s->conn->gb_len && (!sov_readable(s) || s->rd_shut);
+}
+
+/* The leaving end's: all of it, waiting for credits until `end`. */
 static int give_back(struct sov_sock *s, uint64_t end)
 {
-    int rc = 0;
-    while (rc == 0 && sov_readable(s)) {
+    uint64_t spun = 0;
+    bool nudged = false;
+    for (;;) {
+        int rc = give_back_some(s);
         struct sov_conn *c = s->conn;
-        struct iovec v = {sov_stage(c), c->send_mtu};
-        ssize_t n = sov_do_recv(s, &v, 1, MSG_DONTWAIT); /* VI bytes: some are readable */
-        if (n <= 0)
-            break;
-        s->conn->taken -= (uint64_t)n; /* given back, not read: our program reads them later */
-        uint64_t spun = 0;
-        for (c = s->conn; c->credits == 0 && rc == 0; c = s->conn) {
-            sov_progress(s);
-            /* What we owe the peer, acknowledged: when it leaves too, it
-             * waits for a credit as we do, and below ack_every neither
-             * would send one (tests/model/README.md, 3.9). */
-            if (c->credits == 0 && !c->reset) {
-                sov_repost_deferred(c);
-                if (c->to_ack && sov_conn_send_ctrl(c, PKT_ACK) != 0)
-                    rc = -ECONNRESET;
-            }
-            if (rc == 0 && (c->reset || sov_now_ns() > end))
-                rc = -ECONNRESET;
-            else if (rc == 0 && c->credits == 0 && sov_wait(s, &spun) == -EBADF)
-                rc = -EBADF;
-        }
-        if (rc == 0)
-            rc = sov_post_packet(c, PKT_DATA, v.iov_base, (uint32_t)n, c->sbuf_mh);
-        if (rc == 0)
-            c->credits--;
+        if (rc || given_back(s))
+            return rc;
+        sov_progress(s);
+        if (c->reset || sov_now_ns() > end)
+            return -ECONNRESET;
+        /* Our credits come from the peer's side moving, which its service
+         * thread may do (its program waits elsewhere): once per wait. */
+        if (c->credits == 0 && !nudged)
+            VipxViNudge(c->vi);
+        nudged = c->credits == 0;
+        if (c->credits == 0 && sov_wait(s, &spun) == -EBADF)
+            return -EBADF;
     }
-    return rc;
+}
+
+/* The answering end's side (mig_auto), one step as far as it goes now:
+ * after the peer's ACK, what our program had not read goes back, then our
+ * END; once the peer's END came and what we owe went out, the stream is
+ * the kernel's. Called after each sov_progress, in whichever thread
+ * handles the socket (our program's, the service thread, the close
+ * thread); never waits. Reset if it is not through by the deadline. */
+void sov_mig_step(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    if (!c || !c->mig_auto || c->reset || c->mig == MIG_DONE)
+        return;
+    if (c->mig < MIG_ENDED && sov_now_ns() > c->mig_deadline_ns) {
+        sov_conn_abort(c);
+        return;
+    }
+    if (c->mig == MIG_RETURNING) {
+        if (give_back_some(s) != 0) {
+            sov_conn_abort(c);
+            return;
+        }
+        if (!given_back(s))
+            return;
+        if (post_mig(c, MIG_END) != 0) {
+            sov_conn_abort(c);
+            return;
+        }
+        c->mig = MIG_ENDED;
+    }
+    if (c->mig == MIG_ENDED) {
+        if (!sov_mig_push(s))
+            c->ret_len = c->ret_off = c->ret_tail = 0; /* the kernel connection ended */
+        if (sov_mig_send_ready(c)) {
+            c->mig = MIG_DONE;
+            atomic_fetch_add(&sov_g.tp_migrated, 1); /* even if it is closed before it settles */
+        }
+    }
+}
+
+/* Our side moves because the peer asked, and gives back from the front
+ * what our program has not read: its reads wait, then take the kernel's. */
+bool sov_mig_answer_moving(const struct sov_conn *c)
+{
+    return c->mig_auto && c->mig >= MIG_RETURNING && c->mig != MIG_DONE && !c->reset;
+}
+
+static bool answered(const struct sov_conn *c)
+{
+    return c->mig == MIG_DONE;
 }
 
 int sov_migrate(struct sov_sock *s)
@@ -311,17 +401,14 @@ int sov_migrate(struct sov_sock *s)
      * what our program has not read: those bytes go with the VI. */
     if (rc == 0 && c->peer_gone && sov_readable(s))
         rc = -ECONNRESET;
-    /* We answered the peer's REQUEST before our program left (3.10): a
-     * REQUEST of ours now would come after our ACK, to a VI the peer drops
-     * after its END. Its END and what it gave back are all that is left:
-     * once they are out, the stream is the kernel's, unless our program
-     * has not read all the peer sent on the VI, which cannot follow it. */
-    if (rc == 0 && c->mig == MIG_NONE && c->peer_mig != PMIG_NONE) {
-        if (!wait_for(s, sov_mig_send_ready, end) || sov_readable(s))
+    /* We answered the peer's REQUEST before our program left (3.10): our
+     * side is moving already (sov_mig_step, run by wait_for's progress). */
+    if (rc == 0 && c->mig_auto) {
+        if (!wait_for(s, answered, end))
             rc = -ECONNRESET;
         c = s->conn;
         if (rc == 0) {
-            sov_tp_fall_back(s); /* counted migrated at its END */
+            sov_tp_fall_back(s); /* counted migrated by sov_mig_step */
             return 0;
         }
     }
@@ -347,8 +434,11 @@ int sov_migrate(struct sov_sock *s)
         c = s->conn;
         if (rc == 0)
             rc = post_mig(c, MIG_END);
-        if (rc == 0)
+        if (rc == 0) {
             c->mig = MIG_ENDED; /* the peer may drop the VI now: no loss */
+            if (c->peer_mig == PMIG_ASKED)
+                VipxViNudge(c->vi); /* its END may wait for credits our END gave */
+        }
         if (rc == 0 && !wait_for(s, peer_done, end))
             rc = -ECONNRESET;
     }
@@ -380,18 +470,30 @@ bool sov_mig_ours_moving(const struct sov_conn *c)
  * back, and resets at a FIN), and what a reader finds missing on the VI
  * is given back or comes on the kernel socket, not an end of stream. It
  * waits until the socket fell back: -EBADF then sends the caller to the
- * kernel socket (the preload's rule). */
+ * kernel socket (the preload's rule). A side that moves because the peer
+ * asked (mig_auto) does not fall back at once: 0 once what was unread went
+ * back, and the caller goes on to the kernel socket itself. */
 int sov_mig_wait_ours(struct sov_sock *s, bool nonblock)
 {
     uint64_t spun = 0;
-    while (!s->dead && s->conn && sov_mig_ours_moving(s->conn)) {
+    for (;;) {
+        if (s->dead || !s->conn)
+            return -EBADF;
+        if (s->conn->mig_auto) { /* moved by whichever thread handles it */
+            sov_progress(s);
+            if (!s->conn || s->conn->reset)
+                return -ECONNRESET;
+            if (!sov_mig_answer_moving(s->conn))
+                return 0;
+        } else if (!sov_mig_ours_moving(s->conn)) {
+            return -EBADF;
+        }
         if (nonblock)
             return -EAGAIN;
         int rc = sov_wait(s, &spun);
         if (rc)
             return rc;
     }
-    return -EBADF;
 }
 
 /* ---- B: the calls of our program while the peer leaves -------------------------------- */
@@ -489,7 +591,9 @@ short sov_mig_revents(struct sov_sock *s, short r)
     if (syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) < 0)
         p.revents = 0;
     r &= (short)~(POLLOUT | POLLWRNORM);
-    if (!sov_readable(s) && !c->peer_fin) /* the rest of its stream is the kernel's */
+    if (sov_mig_answer_moving(c)) /* what is unread goes back: the kernel's */
+        r &= (short)~(POLLIN | POLLRDNORM | POLLRDHUP);
+    else if (!sov_readable(s) && (!c->peer_fin || c->mig_auto)) /* the rest: the kernel's */
         r |= p.revents & (POLLIN | POLLRDNORM | POLLRDHUP | POLLHUP | POLLERR);
     if (sov_mig_send_ready(c) && !c->wr_shut)
         r |= p.revents & (POLLOUT | POLLWRNORM | POLLERR);

@@ -227,7 +227,8 @@ static bool record_sane(const struct sov_conn *c, const struct sov_rec *r)
         st->nposted > c->nrecv - st->rq_count || st->peer_window > 1024 ||
         st->credits > st->peer_window || st->send_mtu > c->cfg.mtu ||
         st->early_len > c->cfg.mtu || (st->urg && st->urg_ahead >= st->rx_bytes) ||
-        st->mig > MIG_DONE || st->peer_mig != PMIG_NONE)
+        st->mig > MIG_DONE || st->peer_mig > PMIG_ENDED ||
+        (st->peer_mig != PMIG_NONE && st->mig == MIG_NONE))
         return false;
     uint64_t unread = 0;
     for (unsigned k = 0; k < st->rq_count; k++) {

@@ -223,6 +223,10 @@ struct sov_conn {
      * bytes: the peer's unread ones it gave back, then, the last ret_tail
      * bytes until its END, what we had combined; ret_off of it is out. */
     uint8_t mig, peer_mig;
+    /* Our side moves because the peer asked (our REQUEST answered its
+     * own): sov_mig_step moves it, not our program. */
+    bool mig_auto;
+    uint32_t gb_len; /* read ahead to give back, in sbuf, waiting for a credit */
     /* The kernel socket is shut for writing: our program shut down while
      * carried (wr_shut), and the stream's send side became the kernel's
      * (sov_mig_kernel_fin). Not before: a peer that leaves gives back
@@ -559,6 +563,9 @@ void sov_mig_kernel_fin(struct sov_sock *s); /* the kernel socket's FIN, if owed
 bool sov_mig_ours_moving(const struct sov_conn *c); /* sov_migrate under way */
 int sov_mig_wait_ours(struct sov_sock *s, bool nonblock); /* another thread leaves */
 void sov_mig_watch(struct sov_sock *s); /* the service thread pushes for it */
+void sov_mig_step(struct sov_sock *s); /* our side, when the peer asked */
+bool sov_mig_answer_moving(const struct sov_conn *c); /* reads wait: it gives back */
+size_t sov_vi_take(struct sov_sock *s, void *buf, size_t len); /* data.c */
 int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);
 /* ticket: 0, or listen at that ticket's address of s->local (sovia run). */
 int sov_listen_start(struct sov_sock *s, int backlog, bool transparent, uint32_t ticket);

@@ -146,6 +146,18 @@
                       peer's END came and what was owed went out, and
                       fails only with VI bytes unread */
 #endif
+#ifndef FIX_ANSWER
+#define FIX_ANSWER 1 /* 1: an end answers the peer's REQUEST with a REQUEST of
+                        its own, then the ACK: every migration is a crossing,
+                        and the answering end's side moves too, by whoever
+                        handles its socket (autom), not its program: what
+                        its program had not read goes back to the peer,
+                        which writes it to the kernel first (3.10) */
+#endif
+#ifndef FIX_REPOST
+#define FIX_REPOST 1 /* 1: after the peer's END, buffers are reposted while
+                        we still give back (its ACKs for it keep coming) */
+#endif
 #ifndef FIX_CLOSE
 #define FIX_CLOSE 1 /* 1: the close thread is done once the peer's END came
                        (what was owed goes with the kernel socket) */
@@ -204,6 +216,7 @@ bool broken;         /* VipDisconnect: the VI pair is no longer connected */
 /* Migration (all constant without MIGRATE). */
 byte mig[2], pmig[2];
 bool leaving[2];     /* the program is inside sov_migrate */
+bool autom[2];       /* FIX_ANSWER: our side moves because the peer asked */
 bool fell[2];        /* sov_tp_fall_back: a plain kernel socket, VI gone */
 bool peer_gone[2];   /* sov_conn_lost with the peer's FIN: orderly end */
 bool flushed[2];     /* the VI's flushed receives were seen */
@@ -337,7 +350,7 @@ inline send_pkt(i, typ, seq)
 inline repost(i)
 {
     if
-    :: !broken && pmig[i] != PENDED -> posted[i]++
+    :: !broken && (pmig[i] != PENDED || (FIX_REPOST && mig[i] == MRET)) -> posted[i]++
     :: else
     fi
 }
@@ -450,6 +463,15 @@ inline peer_asks(i)
             rtail[i] = true;
             tseq[i] = sent[i] - 1;
             cbuf[i] = false
+        :: else
+        fi;
+        /* FIX_ANSWER: our REQUEST first, so the peer has it before the
+         * ACK it waits for (it then waits for our END too). */
+        if
+        :: FIX_ANSWER && mig[i] == MNONE ->
+            autom[i] = true;
+            send_pkt(i, MIG, SREQ);
+            mig[i] = MASKED
         :: else
         fi;
         send_pkt(i, MIG, SACK);
@@ -611,6 +633,9 @@ inline request(i)
  * VI (the bytes given back are not ours to read) wait while sov_migrate
  * moves it. */
 #define NOT_MOVING(i) (!FIX_THREADS || mig[i] == MNONE)
+/* Our side moves: the program left (sov_migrate), or the peer asked
+ * (FIX_ANSWER) and whoever handles the socket moves it. */
+#define MOVES(i) (leaving[i] || (autom[i] && HANDLED(i)))
 /* ... reading or writing the kernel connection: fallen back, or the peer
  * left and its VI stream is read (sov_mig_recv). */
 #define KREAD(i) ((fell[i] && !app_closed[i]) || \
@@ -689,9 +714,11 @@ proctype End(bit i)
         fi
     }
 #endif
-    /* recv() reads one buffer (data stays readable after a reset). */
+    /* recv() reads one buffer (data stays readable after a reset); not
+     * while the peer's REQUEST moves our side (FIX_ANSWER) and gives back
+     * from the front what is unread: it waits, then reads the kernel's. */
     :: atomic {
-        VIAPP(i) && rq[i] > 0 ->
+        VIAPP(i) && rq[i] > 0 && !(autom[i] && mig[i] >= MRET) ->
         printf("MSC: end %d reads message %d from the VI\n", i, hseq[i] - rq[i]);
         assert(hseq[i] - rq[i] == nread[i]);
         rq[i]--;
@@ -785,8 +812,9 @@ proctype End(bit i)
     /* ... and CLOSED (or reset): the VI is disconnected and destroyed. */
     :: atomic {
         app_closed[i] && HANDLED(i) &&
-        (reset[i] || peer_gone[i] || (wr_shut[i] && fin_acked[i] && peer_fin[i]) ||
-         (FIX_CLOSE && pmig[i] == PENDED)) ->
+        (reset[i] || peer_gone[i] ||
+         (mig[i] == MNONE && ((wr_shut[i] && fin_acked[i] && peer_fin[i]) ||
+                              (FIX_CLOSE && pmig[i] == PENDED)))) ->
         printf("MSC: end %d is done (reset %d): VipDisconnect\n", i, reset[i]);
         clean[i] = !reset[i];
         broken = true;
@@ -809,6 +837,13 @@ proctype End(bit i)
            (!FIX_LATE || pmig[i] == PNONE) -> request(i)
         :: else
         fi
+    }
+    /* FIX_ANSWER: it answered the peer's REQUEST with its own; its
+     * sov_migrate waits for that move to finish (the steps below). */
+    :: atomic {
+        MAYLEAVE(i) && LATE && VIAPP(i) && !leaving[i] && autom[i] ->
+        printf("MSC: end %d leaves while its answer moves the socket\n", i);
+        leaving[i] = true
     }
     /* FIX_LATE: it answered the peer's REQUEST already; once the peer's
      * END came and what it owed went out, the stream is the kernel's,
@@ -852,21 +887,21 @@ proctype End(bit i)
      * kernel connection too: the programs read ECONNRESET):
      * wait_for() looks at its goal before it looks at peer_gone. */
     :: atomic {
-        leaving[i] && (reset[i] || (peer_gone[i] && (mig[i] == MASKED ||
+        MOVES(i) && (reset[i] || (peer_gone[i] && (mig[i] == MASKED ||
                        (mig[i] == MENDED && pmig[i] != PNONE && !SEND_READY(i))))) ->
         violated(migration_failed)
     }
     /* ... after the peer's ACK: give back what its program has not read,
      * one buffer at a time (read, then sent with a credit) ... */
     :: atomic {
-        leaving[i] && mig[i] == MRET && gb[i] == 0 && rq[i] > 0 && !reset[i] ->
+        MOVES(i) && mig[i] == MRET && gb[i] == 0 && rq[i] > 0 && !reset[i] ->
         printf("MSC: end %d gives back message %d\n", i, hseq[i] - rq[i]);
         gb[i] = 1 + hseq[i] - rq[i];
         rq[i]--;
         consumed(i)
     }
     :: atomic {
-        leaving[i] && mig[i] == MRET && gb[i] > 0 && credits[i] > 0 && !reset[i] ->
+        MOVES(i) && mig[i] == MRET && gb[i] > 0 && credits[i] > 0 && !reset[i] ->
         send_pkt(i, DATA, gb[i] - 1);
         if
         :: h_ok || LOST_OK(i) -> credits[i]--; gb[i] = 0
@@ -874,12 +909,12 @@ proctype End(bit i)
         fi
     }
     :: atomic {
-        FIX_GB_ACK && leaving[i] && mig[i] == MRET && gb[i] > 0 && credits[i] == 0 && to_ack[i] > 0 ->
+        FIX_GB_ACK && MOVES(i) && mig[i] == MRET && gb[i] > 0 && credits[i] == 0 && to_ack[i] > 0 ->
         send_pkt(i, ACK, 0)
     }
     /* ... then END ... */
     :: atomic {
-        leaving[i] && mig[i] == MRET && gb[i] == 0 && rq[i] == 0 && !reset[i] ->
+        MOVES(i) && mig[i] == MRET && gb[i] == 0 && rq[i] == 0 && !reset[i] ->
         send_pkt(i, MIG, SEND);
         if
         :: h_ok || LOST_OK(i) -> mig[i] = MENDED
@@ -889,13 +924,17 @@ proctype End(bit i)
     /* ... and once a crossing REQUEST of the peer's is served (its END
      * came, what it gave back went out), the VI goes: a kernel socket. */
     :: atomic {
-        leaving[i] && mig[i] == MENDED && !reset[i] && (pmig[i] == PNONE || SEND_READY(i)) ->
+        MOVES(i) && mig[i] == MENDED && !reset[i] && (pmig[i] == PNONE || SEND_READY(i)) ->
         printf("MSC: end %d migrated: VI dropped, a plain kernel socket\n", i);
         mig_push(i); /* FIX_FLUSH: what it had combined, first */
         mig[i] = MDONE;
         leaving[i] = false;
         fell[i] = true;
-        broken = true
+        broken = true;
+        if
+        :: app_closed[i] -> break /* the close thread moved it: done */
+        :: else
+        fi
     }
     /* The peer left: what we owe the kernel goes out (sov_mig_push, from
      * the service thread's timer, our program's send(), and the END). */

@@ -59,8 +59,13 @@
  *    it with no call on the socket between. Before, the server sent a
  *    REQUEST of its own after its ACK, to a VI the client had dropped,
  *    waited 1 s and reset both. Now it falls back once the client's END
- *    came. Findings 3.10 (with bytes unread it still resets: they cannot
- *    follow the client).
+ *    came. Findings 3.10.
+ *  - late_leave_unread: the same, the server having read only the first
+ *    C_READ bytes: its side moved when it answered (its REQUEST, then
+ *    the ACK), giving the rest back to the client, whose kernel socket
+ *    brings them to the server again, in order. Before, the server reset
+ *    the connection when it left (those bytes could not follow the client,
+ *    gone from the VI by then). Findings 3.10.
  *  - shut_then_move: the client writes and shuts down (SHUT_WR) before the
  *    server, which read none of it, leaves; the server then reads all of
  *    it and the end of stream from the kernel socket. Before, the
@@ -420,6 +425,20 @@ static void late_server(struct p_role *r)
     SYS(close(fd));
 }
 
+static void late_unread_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    recv_stream(fd, 0, C_READ, SEED_C);
+    p_put_int(r, 1);
+    CHECK_EQ(p_get_int(r), 2); /* the client moved */
+    sandbox();
+    send_stream(fd, 0, S_AFTER, SEED_S);
+    recv_stream(fd, C_READ, C_BEFORE - C_READ + C_AFTER, SEED_C);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+}
+
 static void shut_client(struct p_role *r)
 {
     int fd = p_connect(r->port);
@@ -617,6 +636,8 @@ int main(int argc, char **argv)
     p_case("peer_closed", closed_peer_server, closed_client, P_CARRIED);
     p_case("thread_shuts_while_moving", thread_shut_server, slow_client, P_CARRIED | P_MIGRATED);
     p_case("late_leave", late_server, first_leaving_client, P_CARRIED | P_MIGRATED);
+    p_case("late_leave_unread", late_unread_server, first_leaving_client,
+           P_CARRIED | P_MIGRATED);
     p_case("shut_then_move", shut_server, shut_client, P_CARRIED | P_MIGRATED);
     p_case("close_after_move", close_server, close_client, P_CARRIED | P_MIGRATED);
     p_case("started_filtered", exchange_server, filtered_client, P_SERVER_KERNEL | P_CLIENT_KERNEL);
