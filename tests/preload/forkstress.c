@@ -55,7 +55,7 @@ static const char *const kind_name[KINDS] = {"connect_server", "connect_parent",
 static int server_port, parent_port, claim_lfd, claim_port;
 static unsigned kinds = KINDS; /* the case's: the first `kinds` of enum kind */
 static atomic_bool stopping;
-static atomic_int churn_failures;
+static atomic_int churn_failures, churn_errno; /* the last failure's errno */
 
 /* ---- Bounded I/O (a hang must fail the case, not the watchdog) ------------- */
 
@@ -187,8 +187,14 @@ static void *churn(void *arg)
     uint64_t seed = (uintptr_t)arg;
     for (unsigned i = 0; !atomic_load(&stopping); i++) {
         int fd = connect_to(i % 2 ? parent_port : server_port);
-        if (fd < 0 || *exchange(fd, seed + i, p_now_ms() + 5000))
+        double start = p_now_ms();
+        const char *why = fd < 0 ? "connect" : exchange(fd, seed + i, start + 5000);
+        if (*why) {
+            atomic_store(&churn_errno, errno);
             atomic_fetch_add(&churn_failures, 1);
+            p_log("note: churn exchange to the %s: %s (%s) after %.0f ms",
+                  i % 2 ? "parent" : "server", why, p_errname(errno), p_now_ms() - start);
+        }
         if (fd >= 0)
             close(fd);
     }
@@ -239,7 +245,7 @@ __attribute__((noreturn)) static void child(enum kind k, unsigned n)
         why = fd < 0 ? "connect" : exchange(fd, n, deadline);
     }
     if (*why) {
-        p_log("FAIL: child %u (%s): %s", n, kind_name[k], why);
+        p_log("FAIL: child %u (%s): %s (%s)", n, kind_name[k], why, p_errname(errno));
         _exit(2);
     }
     close(fd);
@@ -326,7 +332,8 @@ static void forking_parent(void *arg)
     for (int i = 0; i < 2; i++)
         pthread_join(churners[i], NULL);
     if (atomic_load(&churn_failures))
-        p_log("FAIL: %d of the parent's own exchanges failed", atomic_load(&churn_failures));
+        p_log("FAIL: %d of the parent's own exchanges failed (the last: %s)",
+              atomic_load(&churn_failures), p_errname(atomic_load(&churn_errno)));
     if (failed || atomic_load(&churn_failures))
         _exit(1);
     exit(0);
