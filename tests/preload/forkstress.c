@@ -210,8 +210,14 @@ static void *claim_client(void *arg)
     const char *why = fd < 0 ? "connect" : exchange(fd, seed, p_now_ms() + CHILD_BOUND_MS);
     if (*why) /* the child judges; this says what its client saw */
         p_log("note: claim client %u: %s (%s)", (unsigned)seed, why, p_errname(errno));
-    if (fd >= 0)
+    /* The end of stream the child waits for: children forked since the
+     * connect hold this descriptor too, and a close ends the stream only
+     * with the last of them, over kernel TCP as under sovia (a child
+     * waited out its bound after echoing all 2048 bytes). */
+    if (fd >= 0) {
+        shutdown(fd, SHUT_WR);
         close(fd);
+    }
     return NULL;
 }
 
