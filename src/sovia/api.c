@@ -537,6 +537,7 @@ void sov_after_fork_child(void)
         atomic_fetch_sub(&sov_g.open_conns, 1);
     sov_g.closing = NULL;
     sov_g.pairing = NULL;
+    sov_g.pairing_taken = NULL;
     /* Bytes written before a client answered are the parent's to send,
      * unless they are in the connection's record, shared by both. A
      * socket's wait_lock is also taken by the parent's connection threads
