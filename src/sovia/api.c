@@ -444,6 +444,32 @@ static void fork_unlock_sockets(bool child)
     }
 }
 
+/* One socket's connection becomes shared with the child about to be
+ * forked (caller holds its lock); once per fork (c->rec_forking). */
+static void share_at_fork(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    if (!s->dead && s->kind == SK_CONNECTED && c && !c->rec && !c->rec_forking) {
+        sov_progress(s);
+        if (c->clen && !c->reset)
+            sov_flush(s, true);
+        c = s->conn;
+        sov_repost_deferred(c);
+        VIP_VI_STATE st;
+        if (VipQueryVi(c->vi, &st, NULL, NULL, NULL) == VIP_SUCCESS && st == VIP_STATE_CONNECTED) {
+            if (!c->shared)
+                VipxViShare(c->vi);
+            /* Without a record, one process at a time may use it. A
+             * shared one has none when it was ours alone again. */
+            sov_shared_begin(s, 2);
+        }
+        c->shared = true;
+        c->rec_forking = true;
+    } else if (!s->dead && c && c->rec) {
+        sov_shared_fork(c);
+    }
+}
+
 /*
  * Before fork: every connection becomes shared by parent and child. What a
  * connection holds back in this process (combined bytes, a deferred repost)
@@ -463,33 +489,21 @@ void sov_before_fork(void)
         if (s->tp_waiting && s->conn && !s->conn->tentative_since_ns &&
             !sov_tp_settle_wait(&s, fd))
             continue;
-        struct sov_conn *c = s->conn;
-        if (!s->dead && s->kind == SK_CONNECTED && c && !c->rec && !c->rec_forking) {
-            sov_progress(s);
-            if (c->clen && !c->reset)
-                sov_flush(s, true);
-            c = s->conn;
-            sov_repost_deferred(c);
-            VIP_VI_STATE st;
-            if (VipQueryVi(c->vi, &st, NULL, NULL, NULL) == VIP_SUCCESS &&
-                st == VIP_STATE_CONNECTED) {
-                if (!c->shared)
-                    VipxViShare(c->vi);
-                /* Without a record, one process at a time may use it. A
-                 * shared one has none when it was ours alone again. */
-                sov_shared_begin(s, 2);
-            }
-            c->shared = true;
-            c->rec_forking = true;
-        } else if (!s->dead && c && c->rec) {
-            sov_shared_fork(c);
-        }
+        share_at_fork(s);
         sov_sock_unlock(s);
     }
     /* Last, and held across the fork, so that no other thread is inside
      * them when the child's copy is made (sockets first: the service
      * thread takes sov_g.lock before a socket's lock). */
     fork_lock_sockets();
+    /* Connections the program's threads made while the loop above went
+     * by (it may wait up to the pairing timeout for one that pairs): the
+     * child's copy of one not shared ended it for the parent at the
+     * child's exit, with a FIN or a disconnect (forkstress: a churn
+     * exchange read end of stream; a child destroyed an inherited
+     * connection it did not share). */
+    for (struct sov_sock *s = fork_locked; s; s = s->next_forking)
+        share_at_fork(s);
     sov_table_fork_lock(true);
     pthread_mutex_lock(&sov_g.lock);
 }
@@ -525,6 +539,7 @@ void sov_after_fork_child(void)
         atomic_fetch_sub(&sov_g.open_conns, 1);
     sov_g.closing = NULL;
     sov_g.pairing = NULL;
+    sov_g.pairing_taken = NULL;
     /* Bytes written before a client answered are the parent's to send,
      * unless they are in the connection's record, shared by both. A
      * socket's wait_lock is also taken by the parent's connection threads

@@ -120,30 +120,35 @@ static bool service_timers(uint64_t now)
 
 /* Unpaired sovia run connections: answer the peer's WAKEUP (or fall back)
  * while the program is busy elsewhere. The list is taken whole, so sockets
- * are settled without sov_g.lock (settling may take it). */
+ * are settled without sov_g.lock (settling may take it); the taken ones
+ * stay marked in_pairing, and are taken one at a time under the lock,
+ * until each is settled: a socket unmarked with the whole list was linked
+ * again by another thread's sov_pairing_add while this walk still went
+ * through it (ThreadSanitizer, forkstress: s->next_pairing written in
+ * sov_pairing_add, read here), and the walk went on down the wrong list. */
 static void service_pairing(void)
 {
     pthread_mutex_lock(&sov_g.lock);
-    struct sov_sock *list = sov_g.pairing;
+    sov_g.pairing_taken = sov_g.pairing;
     sov_g.pairing = NULL;
-    for (struct sov_sock *s = list; s; s = s->next_pairing)
+    for (;;) {
+        struct sov_sock *s = sov_g.pairing_taken;
+        if (!s)
+            break;
+        sov_g.pairing_taken = s->next_pairing;
         s->in_pairing = false;
-    pthread_mutex_unlock(&sov_g.lock);
-    while (list) {
-        struct sov_sock *s = list;
-        list = s->next_pairing;
+        pthread_mutex_unlock(&sov_g.lock);
         sov_sock_lock(s);
-        if (s->dead || !s->tp_waiting) {
+        enum sov_tp_state st = SOV_TP_PAIRED;
+        if (!s->dead && s->tp_waiting)
+            st = sov_tp_settle(s);
+        if (st != SOV_TP_FELL_BACK) /* else unlocked and unpublished */
             sov_sock_unlock(s);
-            continue;
-        }
-        enum sov_tp_state st = sov_tp_settle(s);
-        if (st == SOV_TP_FELL_BACK)
-            continue; /* unlocked and unpublished */
-        sov_sock_unlock(s);
         if (st == SOV_TP_PENDING)
             sov_pairing_add(s);
+        pthread_mutex_lock(&sov_g.lock);
     }
+    pthread_mutex_unlock(&sov_g.lock);
 }
 
 static void ensure_service(void);
@@ -272,11 +277,13 @@ void sov_pairing_add(struct sov_sock *s)
 void sov_pairing_remove(struct sov_sock *s)
 {
     pthread_mutex_lock(&sov_g.lock);
-    for (struct sov_sock **p = &sov_g.pairing; *p; p = &(*p)->next_pairing)
-        if (*p == s) {
-            *p = s->next_pairing;
-            break;
-        }
+    struct sov_sock **lists[] = {&sov_g.pairing, &sov_g.pairing_taken};
+    for (unsigned i = 0; i < 2; i++)
+        for (struct sov_sock **p = lists[i]; *p; p = &(*p)->next_pairing)
+            if (*p == s) {
+                *p = s->next_pairing;
+                break;
+            }
     s->in_pairing = false;
     pthread_mutex_unlock(&sov_g.lock);
 }

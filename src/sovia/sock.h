@@ -348,6 +348,7 @@ struct sov_global {
     struct sov_sock *closing;
     struct sov_sock *timed; /* connected sockets that may hold combined data */
     struct sov_sock *pairing; /* sovia run connections not yet paired */
+    struct sov_sock *pairing_taken; /* the part the service thread works through */
     atomic_uint open_conns;
     atomic_bool sockets_created;
     pthread_t handler_thread;

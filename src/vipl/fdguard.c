@@ -117,6 +117,12 @@ static void mark_fork_close(int fd)
         atomic_fetch_or(&f[bit / 64], (uint64_t)1 << (bit % 64));
 }
 
+void vipl_fd_fork_close(int fd)
+{
+    if (fd >= 0)
+        mark_fork_close(fd);
+}
+
 VIPL_EXPORT VIP_BOOLEAN VipxFdIsOwn(int Fd)
 {
     _Atomic uint64_t *c = chunk_of(Fd, false);

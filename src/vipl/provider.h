@@ -330,6 +330,9 @@ int vipl_fd_dup(int fd); /* F_DUPFD_CLOEXEC */
 int vipl_fd_pin(int fd, bool pin);
 /* A close in a fork handler of vipl's, past the preload's close(). */
 void vipl_fd_close_forked(int fd);
+/* An own descriptor a forked child closes first thing, in fdguard's fork
+ * handler, before any other handler makes descriptors of its own. */
+void vipl_fd_fork_close(int fd);
 struct msghdr;
 /* Adopts the SCM_RIGHTS descriptors; those from index fork_close_from on
  * (UINT_MAX: none) are closed in a forked child (another process's

@@ -76,20 +76,19 @@ static void release(void *p)
     atomic_store(&w->owned, false);
 }
 
+/* The parent's doorbells are closed already: fdguard's fork handler, the
+ * first, closes them (vipl_fd_fork_close). Closed here by number, after
+ * the other handlers, one whose number was free in the child (the parent
+ * held a stale one) was by then the CQ's new wake-up socket (shm_cq.c
+ * rebirth): the exec'd child's export failed with EBADF, and the spawner's
+ * close ended the connection (tests/preload/spawn.c under ASan). */
 static void forked_child(void)
 {
     atomic_fetch_add(&fork_gen, 1);
     for (unsigned i = 0; i < WORDS; i++)
         atomic_store(&asleep[i], 0);
-    for (unsigned i = 0; i < WAITERS_MAX; i++) {
-        struct vipl_waiter *w = atomic_exchange(&slots[i], NULL);
-        if (!w)
-            continue;
-        int fd = atomic_exchange(&w->efd, -1);
-        if (fd >= 0)
-            VipxFdClose(fd);
-        free(w);
-    }
+    for (unsigned i = 0; i < WAITERS_MAX; i++)
+        free(atomic_exchange(&slots[i], NULL));
     mine = NULL; /* this thread's was one of them */
     if (init_done)
         pthread_setspecific(key, NULL);
@@ -107,6 +106,7 @@ static struct vipl_waiter *claim(void)
     int fd = vipl_fd_eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (fd < 0)
         return NULL;
+    vipl_fd_fork_close(fd); /* a fork just before this leaves the child a copy */
     unsigned gen = atomic_load(&fork_gen);
     for (unsigned i = 0; i < WAITERS_MAX; i++) {
         struct vipl_waiter *w = atomic_load(&slots[i]);

@@ -55,7 +55,7 @@ static const char *const kind_name[KINDS] = {"connect_server", "connect_parent",
 static int server_port, parent_port, claim_lfd, claim_port;
 static unsigned kinds = KINDS; /* the case's: the first `kinds` of enum kind */
 static atomic_bool stopping;
-static atomic_int churn_failures;
+static atomic_int churn_failures, churn_errno; /* the last failure's errno */
 
 /* ---- Bounded I/O (a hang must fail the case, not the watchdog) ------------- */
 
@@ -187,8 +187,14 @@ static void *churn(void *arg)
     uint64_t seed = (uintptr_t)arg;
     for (unsigned i = 0; !atomic_load(&stopping); i++) {
         int fd = connect_to(i % 2 ? parent_port : server_port);
-        if (fd < 0 || *exchange(fd, seed + i, p_now_ms() + 5000))
+        double start = p_now_ms();
+        const char *why = fd < 0 ? "connect" : exchange(fd, seed + i, start + 5000);
+        if (*why) {
+            atomic_store(&churn_errno, errno);
             atomic_fetch_add(&churn_failures, 1);
+            p_log("note: churn exchange to the %s: %s (%s) after %.0f ms",
+                  i % 2 ? "parent" : "server", why, p_errname(errno), p_now_ms() - start);
+        }
         if (fd >= 0)
             close(fd);
     }
@@ -204,8 +210,14 @@ static void *claim_client(void *arg)
     const char *why = fd < 0 ? "connect" : exchange(fd, seed, p_now_ms() + CHILD_BOUND_MS);
     if (*why) /* the child judges; this says what its client saw */
         p_log("note: claim client %u: %s (%s)", (unsigned)seed, why, p_errname(errno));
-    if (fd >= 0)
+    /* The end of stream the child waits for: children forked since the
+     * connect hold this descriptor too, and a close ends the stream only
+     * with the last of them, over kernel TCP as under sovia (a child
+     * waited out its bound after echoing all 2048 bytes). */
+    if (fd >= 0) {
+        shutdown(fd, SHUT_WR);
         close(fd);
+    }
     return NULL;
 }
 
@@ -239,7 +251,7 @@ __attribute__((noreturn)) static void child(enum kind k, unsigned n)
         why = fd < 0 ? "connect" : exchange(fd, n, deadline);
     }
     if (*why) {
-        p_log("FAIL: child %u (%s): %s", n, kind_name[k], why);
+        p_log("FAIL: child %u (%s): %s (%s)", n, kind_name[k], why, p_errname(errno));
         _exit(2);
     }
     close(fd);
@@ -326,7 +338,8 @@ static void forking_parent(void *arg)
     for (int i = 0; i < 2; i++)
         pthread_join(churners[i], NULL);
     if (atomic_load(&churn_failures))
-        p_log("FAIL: %d of the parent's own exchanges failed", atomic_load(&churn_failures));
+        p_log("FAIL: %d of the parent's own exchanges failed (the last: %s)",
+              atomic_load(&churn_failures), p_errname(atomic_load(&churn_errno)));
     if (failed || atomic_load(&churn_failures))
         _exit(1);
     exit(0);
@@ -363,10 +376,14 @@ int main(void)
     p_case_known_bug("fork_while_busy", echo_server, forking_client, P_NO_STATS,
                      "at load 17-29 on 2 cores, children sometimes miss the 4 s bound or fall back");
     kinds = KINDS;
-    /* An accept_claim child sometimes waits out its bound for bytes that
-     * never come on the connection it accepted, while every claim client
-     * completed its exchange (about 1 run in 10, 2 cores at load 10-15). */
+    /* Plain: 44 of 45 runs at load about 20 after the end-of-stream and
+     * fork fixes; the other ran out of ports (EADDRNOTAVAIL: sovia run's
+     * connect binds its port first, so a TIME_WAIT port is never reused
+     * as the kernel's connect would). ThreadSanitizer: a connect_server
+     * child sometimes hangs past its bound (5 of 10 runs): gdb shows it in
+     * the sanitizer's allocator lock (SizeClassAllocator64 Refill <-
+     * aligned_alloc <- conn_buffers), copied held at the fork. */
     p_case_known_bug("fork_while_busy_claim", echo_server, forking_client, P_NO_STATS,
-                     "an accept_claim child sometimes gets no request on its accepted connection");
+                     "out of ports under long churn; under TSan a child hangs in its allocator");
     return p_done();
 }

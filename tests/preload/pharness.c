@@ -685,7 +685,15 @@ int p_listener(int *port)
     int one = 1;
     SYS(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one));
     struct sockaddr_in a = p_loopback(0);
-    SYS(bind(fd, (struct sockaddr *)&a, sizeof a));
+    /* bind(0) takes its port from the ephemeral range, whose half that it
+     * scans other tests' connections can fill for a while (tens of
+     * thousands in TIME_WAIT: EADDRINUSE in 29 forkstress runs of 30):
+     * then a port below that range. */
+    for (unsigned i = 0; bind(fd, (struct sockaddr *)&a, sizeof a) != 0; i++) {
+        if (errno != EADDRINUSE || i == 2000)
+            FAILF("bind: %s", p_errname(errno));
+        a = p_loopback(20000 + (getpid() * 7 + (int)i * 13) % 12000);
+    }
     SYS(listen(fd, 64));
     socklen_t len = sizeof a;
     SYS(getsockname(fd, (struct sockaddr *)&a, &len));

@@ -420,31 +420,14 @@ int main(int argc, char **argv)
     exe[n] = '\0';
 
     p_init("spawn");
-    /* Known bug under AddressSanitizer: a program exec'd with a carried
-     * connection whose spawner closes its copy at once sometimes ends the
-     * stream before it adopted the connection (the client reads end of
-     * stream after 0 bytes; about 1 run in 12 here, already at 28d0b95;
-     * plain: 0 in 60). The instrumented image starts slowly, so the window
-     * between the spawner's close and the new image's adoption is wide;
-     * a slow-starting program (a JVM) would meet it too. */
-    const char *slow_exec = p_asan() ? "an exec'd image that starts slowly may not adopt the "
-                                       "connection before its spawner's close ends it"
-                                     : NULL;
-#define EXEC_CASE(name, server)                                                              \
-    do {                                                                                     \
-        if (slow_exec)                                                                       \
-            p_case_known_bug(name, server, echo_client, P_CARRIED, slow_exec);               \
-        else                                                                                 \
-            p_case(name, server, echo_client, P_CARRIED);                                    \
-    } while (0)
-    EXEC_CASE("posix_spawn_inetd", spawn_server);
-    EXEC_CASE("posix_spawnp_path_actions", spawnp_server);
-    EXEC_CASE("vfork_execve", vfork_server);
+    p_case("posix_spawn_inetd", spawn_server, echo_client, P_CARRIED);
+    p_case("posix_spawnp_path_actions", spawnp_server, echo_client, P_CARRIED);
+    p_case("vfork_execve", vfork_server, echo_client, P_CARRIED);
     want_head = "parent-before-vfork";
     /* The parent's bytes are held until the client answers; the fork
      * waits for that answer (sov_before_fork), else parent and child both
      * polled the VI and one took what the other needed. */
-    EXEC_CASE("vfork_execve_parent_wrote_first", vfork_server);
+    p_case("vfork_execve_parent_wrote_first", vfork_server, echo_client, P_CARRIED);
     want_head = NULL;
     /* system() holds the caller's copy while the shell serves: the client
      * waits for the echo's hello, so the caller's copy received nothing. */
