@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pollwait.h"
 #include "sock.h"
 
 void sov_conn_abort(struct sov_conn *c)
@@ -327,10 +328,85 @@ int sov_progress(struct sov_sock *s)
 
 /* ---- Waiting ------------------------------------------------------------- */
 
+/*
+ * A SINGLE connection's caller sleeps on its VI's own word and its thread's
+ * (VipxSleepWords), which the peer wakes with one FUTEX_WAKE after writing a
+ * completion, instead of a datagram to the CQ's descriptor that the sleeper
+ * then drains. The thread's word is rung by sov_signal_event (a close, a
+ * shutdown, a nudge) and by the preload's signal trampoline. Counted in
+ * c->sleepers, the VI stays while the socket is unlocked (sov_conn_destroy
+ * waits); disarmed before the lock is taken again, as a closer may hold it
+ * while it waits. The VI's arming looks at its receive queue after counting,
+ * so a completion that came after sov_progress's look ends the sleep at
+ * once. The peer can write the word: a wake-up for nothing only makes the
+ * caller look again; an inheritable VI's sleep is bounded (its MaxSleepMs).
+ * 1: slept (or need not), with *err 0 or -EINTR; 0: sleep the CQ's way.
+ * (The preload's recv/send restart after SA_RESTART handlers alone.)
+ */
+static int futex_block(struct sov_sock *s, int *err)
+{
+#if defined(__SANITIZE_THREAD__)
+    /* ThreadSanitizer runs a handler for a signal that came during a raw
+     * system call only once the thread is back in an intercepted call: the
+     * count would not have moved when futex_waitv returns EINTR, so the
+     * preload would restart the recv, and the handler never runs (preload/
+     * threads signal_eintr hung 1 run in 3). poll() is intercepted. */
+    (void)s;
+    (void)err;
+    return 0;
+#endif
+    struct sov_conn *c = s->conn;
+    VIPX_SLEEP_WORD w[2];
+    int bound = -1;
+    /* Only where handlers are counted (the preload): a futex_waitv is
+     * restarted after an SA_RESTART handler, where sov_recv must fail with
+     * EINTR whatever SA_RESTART says (docs/SOCKETS.md); and with no other
+     * lock held, as a handler is deferred to the last lock's release.
+     * Not while a migration waits for a deadline. */
+    struct sov_sigwatch sig = sov_sigwatch_start();
+    if (!sig.count || sov_locks_held != 1 || !c || !c->vi || s->tp_waiting || c->peer_mig ||
+        sov_mig_ours_moving(c) || VipxSleepArm(&w[0]) != VIP_SUCCESS)
+        return 0;
+    *err = 0;
+    if (sov_progress(s) > 0 || s->dead) {
+        VipxSleepDisarm();
+        return 1;
+    }
+    c = s->conn; /* a packet may have moved it */
+    if (!c || !c->vi || c->peer_mig || sov_mig_ours_moving(c)) {
+        VipxSleepDisarm();
+        return 1;
+    }
+    atomic_fetch_add(&c->sleepers, 1);
+    if (VipxViSleepArm(c->vi, VIP_TRUE, &w[1], &bound) != VIP_SUCCESS) {
+        atomic_fetch_sub(&c->sleepers, 1);
+        VipxSleepDisarm();
+        return 0;
+    }
+    sov_sock_unlock(s);
+    /* futex_waitv ends with EINTR on a handler without SA_RESTART, is
+     * restarted after one with it (the preload's rings the thread's word,
+     * which ends the restarted sleep): the count tells either. poll() in
+     * the CQ's sleep failed with EINTR on any handler. */
+    errno = 0;
+    if (!sov_sigwatch_fired(&sig))
+        VipxSleepWords(w, 2, bound);
+    if (errno == EINTR || sov_sigwatch_fired(&sig))
+        *err = -EINTR;
+    VipxViSleepArm(c->vi, VIP_FALSE, NULL, NULL);
+    atomic_fetch_sub(&c->sleepers, 1); /* last: the closer waits for it */
+    VipxSleepDisarm();
+    sov_sock_lock(s);
+    return 1;
+}
+
 /* Sleeps until the CQ may have news for us, or another thread of ours
  * tells its sleepers to look (sov_signal_event). -EINTR on a signal. */
 static int block_on_cq(struct sov_sock *s)
 {
+    int err;
+    if (futex_block(s, &err))
+        return err;
     VipxCQArm(sov_g.cq, VIP_TRUE);
     int n = sov_progress(s);
     if (n == 0) {
