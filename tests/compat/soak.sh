@@ -13,6 +13,7 @@ rounds=${2:-20}
 shift $(( $# < 2 ? $# : 2 ))
 out=$build/compat-soak
 mkdir -p "$out"
+rm -f "$out"/round-*.log # an earlier run's rounds would count in the table
 busy=()
 run=""
 trap 'for p in "${busy[@]}" $run; do kill "$p" 2>/dev/null || true; done' EXIT
