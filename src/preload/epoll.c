@@ -680,10 +680,8 @@ struct futex_sleep {
 
 static void futex_let_go(struct futex_sleep *f)
 {
-    for (unsigned i = 0; i < f->nc; i++) {
-        VipxViSleepArm(f->c[i]->vi, VIP_FALSE, NULL, NULL);
-        atomic_fetch_sub(&f->c[i]->sleepers, 1); /* last: the closer waits for it */
-    }
+    for (unsigned i = 0; i < f->nc; i++)
+        sov_conn_sleep_release(f->c[i]);
     f->nc = 0;
 }
 
@@ -714,16 +712,10 @@ static bool futex_hold(struct epset *s, struct futex_sleep *f)
         ok = !k->dead && sov_lookup(it->fd) == k && c && c->vi &&
              c->cfg.handling == SOV_SINGLE && !k->tp_waiting;
         unfit = !ok;
-        if (ok) {
-            atomic_fetch_add(&c->sleepers, 1);
-            if (VipxViSleepArm(c->vi, VIP_TRUE, &f->w[f->nc + 1], &bound) == VIP_SUCCESS) {
-                f->c[f->nc++] = c;
-                if (bound >= 0 && (f->bound < 0 || bound < f->bound))
-                    f->bound = bound;
-            } else {
-                atomic_fetch_sub(&c->sleepers, 1);
-                ok = false;
-            }
+        if (ok && (ok = sov_conn_sleep_hold(c, &f->w[f->nc + 1], &bound))) {
+            f->c[f->nc++] = c;
+            if (bound >= 0 && (f->bound < 0 || bound < f->bound))
+                f->bound = bound;
         }
         sov_sock_unlock(k);
     }

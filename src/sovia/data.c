@@ -328,6 +328,21 @@ int sov_progress(struct sov_sock *s)
 
 /* ---- Waiting ------------------------------------------------------------- */
 
+bool sov_conn_sleep_hold(struct sov_conn *c, VIPX_SLEEP_WORD *w, int *bound)
+{
+    atomic_fetch_add(&c->sleepers, 1);
+    if (VipxViSleepArm(c->vi, VIP_TRUE, w, bound) == VIP_SUCCESS)
+        return true;
+    atomic_fetch_sub(&c->sleepers, 1);
+    return false;
+}
+
+void sov_conn_sleep_release(struct sov_conn *c)
+{
+    VipxViSleepArm(c->vi, VIP_FALSE, NULL, NULL);
+    atomic_fetch_sub(&c->sleepers, 1); /* last: the closer waits for it */
+}
+
 /*
  * A SINGLE connection's caller sleeps on its VI's own word and its thread's
  * (VipxSleepWords), which the peer wakes with one FUTEX_WAKE after writing a
@@ -377,9 +392,7 @@ static int futex_block(struct sov_sock *s, int *err)
         VipxSleepDisarm();
         return 1;
     }
-    atomic_fetch_add(&c->sleepers, 1);
-    if (VipxViSleepArm(c->vi, VIP_TRUE, &w[1], &bound) != VIP_SUCCESS) {
-        atomic_fetch_sub(&c->sleepers, 1);
+    if (!sov_conn_sleep_hold(c, &w[1], &bound)) {
         VipxSleepDisarm();
         return 0;
     }
@@ -393,8 +406,7 @@ static int futex_block(struct sov_sock *s, int *err)
         VipxSleepWords(w, 2, bound);
     if (errno == EINTR || sov_sigwatch_fired(&sig))
         *err = -EINTR;
-    VipxViSleepArm(c->vi, VIP_FALSE, NULL, NULL);
-    atomic_fetch_sub(&c->sleepers, 1); /* last: the closer waits for it */
+    sov_conn_sleep_release(c);
     VipxSleepDisarm();
     sov_sock_lock(s);
     return 1;

@@ -494,6 +494,12 @@ struct sov_conn *sov_conn_import(const struct sov_config *cfg, unsigned nrecv, u
                                  const VIPX_STATE *vs, const uint32_t *posted, unsigned nposted,
                                  int *err);
 void sov_conn_destroy(struct sov_conn *c);
+/* A futex sleeper on the connection's VI (data.c, the preload's epoll):
+ * counted in c->sleepers, so the VI stays until sov_conn_sleep_release, and
+ * the VI's word armed into *w (its bound, ms or -1, into *bound). false:
+ * not armed, nothing held. */
+bool sov_conn_sleep_hold(struct sov_conn *c, VIPX_SLEEP_WORD *w, int *bound);
+void sov_conn_sleep_release(struct sov_conn *c);
 int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type);
 int sov_conn_lost(struct sov_conn *c); /* the VI failed: -ECONNRESET or -EPIPE */
 void sov_conn_abort(struct sov_conn *c); /* reset it: the peer gets ECONNRESET */
