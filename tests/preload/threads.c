@@ -497,10 +497,11 @@ int main(void)
     p_case("signal_eintr", late_data_server, eintr_client, P_CARRIED);
     p_case("signal_sa_restart", late_data_server, restart_client, P_CARRIED);
     p_case("futex_sleep", futex_server, futex_client, P_CARRIED);
-    if (FUTEX_SLEEP_EXPECTED)
-        p_case("close_while_in_recv", close_server, close_client, P_CARRIED);
-    else /* the CQ's sleep under TSan: hung 2 runs in 6 at load 15, not understood yet */
-        p_log("SKIP close_while_in_recv: ThreadSanitizer (no futex sleep)");
+    /* A known bug: CI (ASan, df72a60) saw both ends hang to the watchdog;
+     * under TSan (the CQ's sleep) 2 runs in 6 at load 15. Not understood. */
+    p_case_known_bug("close_while_in_recv", close_server, close_client, P_CARRIED,
+                     "close() of a socket while another thread is blocked in its recv() "
+                     "can hang both ends (ASan in CI; TSan 2 in 6 at load 15)");
     p_case("peer_dies_while_in_recv", death_server, death_client, P_NO_STATS);
     return p_done();
 }
