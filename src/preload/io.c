@@ -13,6 +13,7 @@
 
 #include "preload.h"
 #include "sock.h"
+#include "transparent.h"
 #include "waits.h"
 
 /* Each call: -1 means "not carried, use the kernel"; otherwise the result. */
@@ -41,8 +42,8 @@ static ssize_t via_recv(int fd, const struct iovec *iov, int iovcnt, int flags)
     do
         n = sov_recvv(fd, iov, iovcnt, flags);
     while (restartable(n, before));
-    if (n < 0 && errno == EBADF && !carried(fd))
-        return KERNEL; /* fell back or was closed meanwhile: the kernel says which */
+    if (n < 0 && errno == EBADF && !carried(fd) && !sov_tp_closed_meanwhile())
+        return KERNEL; /* fell back meanwhile */
     return n;
 }
 
@@ -59,7 +60,7 @@ static ssize_t via_send(int fd, const struct iovec *iov, int iovcnt, int flags)
     do
         n = sov_sendv(fd, iov, iovcnt, flags);
     while (restartable(n, before));
-    if (n < 0 && errno == EBADF && !carried(fd))
+    if (n < 0 && errno == EBADF && !carried(fd) && !sov_tp_closed_meanwhile())
         return KERNEL;
     return n;
 }

@@ -262,6 +262,21 @@ static ssize_t send_result(ssize_t r, int flags)
     return -1;
 }
 
+/*
+ * Set by each sov_sendv/sov_recvv that ends with EBADF: true when another
+ * thread closed the socket while the call waited in it. The preload sends
+ * an EBADF caller to the kernel socket (a fallback, a migration), but a
+ * closed one's descriptor number is free, or already another file's: a
+ * recv there slept for ever on the kernel socket not yet closed, or would
+ * read a newer connection's bytes (preload/threads close_while_in_recv).
+ */
+static _Thread_local bool closed_meanwhile __attribute__((tls_model("initial-exec")));
+
+bool sov_tp_closed_meanwhile(void)
+{
+    return closed_meanwhile;
+}
+
 ssize_t sov_sendv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
     if (iovcnt < 0 || iovcnt > IOV_MAX)
@@ -270,6 +285,7 @@ ssize_t sov_sendv(int fd, const struct iovec *iov, int iovcnt, int flags)
     if (!s)
         return -1;
     ssize_t r = sov_do_send(s, iov, iovcnt, flags);
+    closed_meanwhile = r == -EBADF && s->closing;
     sov_release(s);
     return send_result(r, flags);
 }
@@ -282,6 +298,7 @@ ssize_t sov_recvv(int fd, const struct iovec *iov, int iovcnt, int flags)
     if (!s)
         return -1;
     ssize_t r = sov_do_recv(s, iov, iovcnt, flags);
+    closed_meanwhile = r == -EBADF && s->closing;
     sov_release(s);
     if (r < 0) {
         errno = (int)-r;
@@ -349,7 +366,7 @@ SOV_EXPORT int sov_close(int fd)
     struct sov_sock *s = sov_acquire(fd);
     if (!s)
         return -1;
-    s->dead = true;
+    s->dead = s->closing = true;
     sov_table_remove(s);
     enum sov_kind kind = s->kind;
     int port_fd = s->port_fd;

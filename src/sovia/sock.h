@@ -255,6 +255,9 @@ struct sov_sock {
     pthread_mutex_t wait_lock; /* for sleeping on `cond` (accept, HANDLER, NOTIFY) */
     pthread_cond_t cond;
     bool dead;    /* closed: the descriptor no longer names this socket */
+    /* sov_close took it (not a fallback): a call that was waiting in it
+     * ends with EBADF, never on the kernel socket (sov_tp_closed_meanwhile) */
+    bool closing;
     unsigned gen; /* bumped when the structure is recycled */
     atomic_uint events; /* bumped by HANDLER/NOTIFY threads after handling */
     enum sov_kind kind;

@@ -113,6 +113,9 @@ int sov_tp_migrate_all(void);
  * FD_CLOEXEC): before an exec that will not load sovia. */
 int sov_tp_migrate_inherited(void);
 int sov_tp_unread(int fd, int *bytes);
+/* The last sov_sendv/sov_recvv of this thread failed with EBADF because
+ * the socket was closed while it waited (not because it fell back). */
+bool sov_tp_closed_meanwhile(void);
 /* SIOCATMARK: is the reader at the urgent mark (MSG_OOB)? */
 int sov_tp_atmark(int fd, int *at);
 /* The program named the owner of fd (F_SETOWN & co.): urgent data must
