@@ -20,7 +20,6 @@
 
 #include <sovia.h>
 
-#include "ephemeral.h"
 #include "pollwait.h"
 #include "preload.h"
 #include "sock.h"
@@ -480,20 +479,18 @@ PRELOAD_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *addrlen)
     return accept4(fd, addr, addrlen, 0);
 }
 
-/* Gives an unbound socket its ephemeral port now, so the VI connection can
- * name the kernel connection's client port before it exists. */
-static int local_address(int fd, int domain, struct sockaddr_storage *local)
+/* The socket's own address as the program left it. An unbound socket is
+ * not bound here: its VI names no port, the kernel's connect picks one as
+ * it would without sovia, and the server's accept() finds the VI by the
+ * socket sent with it (pair.c). Bound first (bind(0) or a port of our
+ * choosing), its port could not be taken again while a connection of it
+ * was in TIME_WAIT, as connect()'s own choice can (net.ipv4.tcp_tw_reuse),
+ * and connect()'s choice skips every port bind() ever took: with a few
+ * hundred short connections a second, sovia run's connects failed with
+ * EADDRNOTAVAIL where kernel TCP's did not (tests/preload/churn.c). */
+static int local_address(int fd, struct sockaddr_storage *local)
 {
     socklen_t len = sizeof(*local);
-    if (getsockname(fd, (struct sockaddr *)local, &len) != 0)
-        return -1;
-    uint16_t port = domain == AF_INET ? ((struct sockaddr_in *)local)->sin_port
-                                      : ((struct sockaddr_in6 *)local)->sin6_port;
-    if (port)
-        return 0;
-    if (sov_bind_ephemeral(fd, domain) != 0) /* not bind(0) first: ephemeral.c */
-        return -1;
-    len = sizeof(*local);
     return getsockname(fd, (struct sockaddr *)local, &len);
 }
 
@@ -509,7 +506,7 @@ PRELOAD_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t addrle
     if (tcp && sov_addr_port(addr) != 0 && sov_addr_is_local(addr, addrlen) &&
         !preload_io_uring_check()) {
         int saved = errno;
-        if (local_address(fd, domain, &local) != 0 ||
+        if (local_address(fd, &local) != 0 ||
             sov_tp_connect(fd, domain, (struct sockaddr *)&local, addr, is_nonblocking(fd), &s) != 0)
             s = NULL; /* no sovia listener there: plain TCP */
         errno = saved;

@@ -735,7 +735,8 @@ static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch, uint32_t tic
             struct pending *p = &l->q[(l->head + i) % l->cap];
             /* (The port only: a client's VI may name loopback for the
              * address the kernel chose; its token decides.) */
-            if (sov_addr_port((struct sockaddr *)&p->peer) == sov_addr_port(cli) &&
+            uint16_t pport = sov_pending_port(p);
+            if ((pport == sov_addr_port(cli) || (p->unbound && pport == 0)) &&
                 sov_token_holds(p->token, p->uid, cli, srv))
                 taken = sov_queue_take(l, i);
         }
@@ -831,7 +832,9 @@ static void *connection_thread(void *arg)
         if (ra.MaxTransferSize < p.conn->send_mtu)
             p.conn->send_mtu = ra.MaxTransferSize;
         pthread_mutex_lock(&l->s->wait_lock);
-        l->establishing_port = sov_addr_port((struct sockaddr *)&p.peer);
+        p.unbound = l->transparent && !l->ticketed && sov_addr_port((struct sockaddr *)&p.peer) == 0;
+        l->establishing_port = p.unbound ? SOV_ESTABLISHING_ANY
+                                         : sov_addr_port((struct sockaddr *)&p.peer);
         pthread_mutex_unlock(&l->s->wait_lock);
         if (l->transparent) /* accept() checks it against the kernel connection */
             VipxConnToken(ch, &p.token);

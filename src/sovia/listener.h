@@ -7,6 +7,8 @@
 
 #include "sock.h"
 
+#define SOV_ESTABLISHING_ANY 0x10000u
+
 struct pending {
     struct sov_conn *conn;
     struct sockaddr_storage peer;
@@ -14,7 +16,17 @@ struct pending {
     int token; /* sovia run: the client's kernel socket, sent with its VI (-1: none) */
     uid_t uid;    /* the client's user */
     bool foreign; /* another user than we are (its token is an epoll instance) */
+    /* The client's request named no port (its kernel connect picks one, as
+     * for any client): sov_pending_port learns it from the token; one
+     * whose token does not hold an accepted connection is another's. */
+    bool unbound;
 };
+
+/* The client port of a queued VI: the one its request named, or, for an
+ * unbound one, its token's own port once its kernel connect gave it one
+ * (noted in p->peer; 0 until then, or for a token that is not a socket:
+ * any accepted connection may be its). Caller holds the wait_lock. */
+uint16_t sov_pending_port(struct pending *p);
 
 /*
  * A connection accepted whose client has not sent its WAKEUP yet. The
@@ -40,7 +52,9 @@ struct sov_listener {
     /* sovia run: connections wait in the queue, unpaired, until accept()
      * matches one with the kernel connection of the same client port. */
     bool transparent;
-    uint16_t establishing_port; /* being accepted by the thread (0: none) */
+    /* A VI being accepted by the thread: its client port (0: none;
+     * SOV_ESTABLISHING_ANY: an unbound client's, which any may be). */
+    uint32_t establishing_port;
     pid_t owner; /* the process whose connection thread serves it */
     VIP_NET_ADDRESS *remote; /* the thread's buffer (here: reachable from a fork child) */
     struct establishing *est; /* the thread's (cap entries; here for the same reason) */

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -52,6 +53,21 @@ int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *loc
     return err;
 }
 
+uint16_t sov_pending_port(struct pending *p)
+{
+    uint16_t port = sov_addr_port((struct sockaddr *)&p->peer);
+    if (port || !p->unbound || p->token < 0 || p->foreign)
+        return port;
+    struct sockaddr_storage a;
+    socklen_t len = sizeof(a);
+    if (getsockname(p->token, (struct sockaddr *)&a, &len) == 0 &&
+        a.ss_family == p->peer.ss_family && (port = sov_addr_port((struct sockaddr *)&a)) != 0) {
+        memcpy(&p->peer, &a, len);
+        p->peer_len = len;
+    }
+    return port;
+}
+
 /* The server half, from accept(): takes the queued connection whose client
  * sent the kernel socket of `fd`'s connection, pairs it (our WAKEUP, then
  * the client's) and returns it; NULL when the client does not run sovia or
@@ -78,10 +94,13 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
         for (unsigned i = 0; i < l->count; i++) {
             struct pending *p = &l->q[(l->head + i) % l->cap];
             bool broken = sov_queued_conn_broken(p->conn);
-            if (!broken && sov_addr_port((struct sockaddr *)&p->peer) != port)
+            uint16_t pport = broken ? 0 : sov_pending_port(p);
+            if (!broken && pport != port && !(p->unbound && pport == 0))
                 continue;
             bool ours = !broken && sov_token_holds(p->token, p->uid, (struct sockaddr *)&client,
                                                    (struct sockaddr *)&own);
+            if (!ours && !broken && p->unbound)
+                continue; /* another connection's client, not yet accepted */
             struct pending taken = sov_queue_take(l, i--);
             if (!ours) { /* gone, or claims a connection that is not its own */
                 sov_pending_drop(&taken);
@@ -92,7 +111,8 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
             break;
         }
         uint64_t now = sov_now_ns();
-        bool arriving = l->establishing_port == port || now - start < patience_ns;
+        bool arriving = l->establishing_port == port ||
+                        l->establishing_port == SOV_ESTABLISHING_ANY || now - start < patience_ns;
         if (c || !arriving || (now > end && now - start >= patience_ns))
             break;
         /* A redirected client that could not follow fell back: its bytes,
