@@ -228,6 +228,13 @@ static bool sockfs_dev(unsigned long *dev)
     return true;
 }
 
+uint64_t sov_token_target(int token)
+{
+    uint64_t ino;
+    unsigned long sdev, dev;
+    return epoll_target(token, &ino, &sdev) && sockfs_dev(&dev) && sdev == dev ? ino : 0;
+}
+
 /*
  * Whether `token`, sent with a VI by a process of `uid`, proves that the
  * process holds the TCP socket whose own address is `own` and peer `peer`:

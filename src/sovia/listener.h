@@ -20,6 +20,10 @@ struct pending {
      * for any client): sov_pending_port learns it from the token; one
      * whose token does not hold an accepted connection is another's. */
     bool unbound;
+    /* Another user's unbound one: the socket its epoll token watches
+     * (sov_token_target, looked up once; UINT64_MAX: none), compared with
+     * the accepted connection's client socket before the full proof. */
+    uint64_t target_ino;
 };
 
 /* The client port of a queued VI: the one its request named, or, for an

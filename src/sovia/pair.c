@@ -60,11 +60,13 @@ uint16_t sov_pending_port(struct pending *p)
         return port;
     struct sockaddr_storage a;
     socklen_t len = sizeof(a);
-    if (getsockname(p->token, (struct sockaddr *)&a, &len) == 0 &&
-        a.ss_family == p->peer.ss_family && (port = sov_addr_port((struct sockaddr *)&a)) != 0) {
-        memcpy(&p->peer, &a, len);
-        p->peer_len = len;
-    }
+    if (getsockname(p->token, (struct sockaddr *)&a, &len) != 0 ||
+        (a.ss_family != AF_INET && a.ss_family != AF_INET6) ||
+        (port = sov_addr_port((struct sockaddr *)&a)) == 0)
+        return 0;
+    /* Only the port: an IPv4 client of a dual-stack listener keeps the
+     * listener's family here; the token's proof compares the addresses. */
+    sov_addr_set_port(&p->peer, port);
     return port;
 }
 
@@ -85,6 +87,11 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
     if (getsockname(fd, (struct sockaddr *)&own, &ol) != 0 ||
         getpeername(fd, (struct sockaddr *)&client, &cl) != 0)
         return NULL;
+    /* Another user's client socket for this connection (its inode and
+     * owner), asked once, for that user's unbound VIs. */
+    uint64_t client_ino = 0;
+    uid_t client_uid = (uid_t)-1;
+    bool client_known = false;
     pthread_mutex_lock(&s->wait_lock);
     struct sov_listener *l = s->lst;
     /* The client connects its VI before its kernel socket, so its entry is
@@ -97,6 +104,22 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
             uint16_t pport = broken ? 0 : sov_pending_port(p);
             if (!broken && pport != port && !(p->unbound && pport == 0))
                 continue;
+            if (!broken && p->unbound && p->foreign) {
+                /* One socket-diagnostics question per accept, not one per
+                 * such VI (each of up to FOREIGN_MAX would be asked). */
+                if (!p->target_ino) {
+                    uint64_t t = sov_token_target(p->token);
+                    p->target_ino = t ? t : UINT64_MAX;
+                }
+                if (!client_known) {
+                    client_known = true;
+                    if (sov_socket_owner((struct sockaddr *)&client, (struct sockaddr *)&own,
+                                         &client_uid, &client_ino) != 0)
+                        client_ino = 0;
+                }
+                if (!client_ino || p->target_ino != client_ino || p->uid != client_uid)
+                    continue; /* another connection's, or no proof: stays until its client goes */
+            }
             bool ours = !broken && sov_token_holds(p->token, p->uid, (struct sockaddr *)&client,
                                                    (struct sockaddr *)&own);
             if (!ours && !broken && p->unbound)

@@ -489,6 +489,9 @@ int sov_socket_owner(const struct sockaddr *own, const struct sockaddr *peer, ui
 /* Whether `token`, sent with a VI by a process of `uid`, proves it holds
  * that socket (the socket itself, or an epoll instance watching it). */
 bool sov_token_holds(int token, uid_t uid, const struct sockaddr *own, const struct sockaddr *peer);
+/* The inode of the one socket an epoll token (another user's) watches;
+ * 0 if it is no such token. */
+uint64_t sov_token_target(int token);
 bool sov_same_endpoint(const struct sockaddr *x, const struct sockaddr *y);
 
 /* conn.c: VI, buffers, connect/accept machinery */
