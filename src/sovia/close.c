@@ -153,6 +153,17 @@ static void service_pairing(void)
 
 static void ensure_service(void);
 
+/* Caller holds sov_g.lock. Whether a new pairing or closing socket needs
+ * the service thread woken: not when its timed sleep ends within the 1 ms
+ * a woken thread would wait before its pass anyway. Waking it at every
+ * connect and close of a busy process was a context switch each (and a
+ * pass over the lists) on both ends of every connection. */
+static bool service_needs_wake(void)
+{
+    uint64_t until = sov_g.service_until_ns, now = sov_now_ns();
+    return until <= now || until > now + 1000000; /* a past one: a fork's copy */
+}
+
 /* A peer nudged one of our VIs (it leaves for the kernel connection:
  * migrate.c): every carried connection not busy in a call of the program
  * handles what came, which is how its REQUEST is answered while the
@@ -201,6 +212,10 @@ static void *service_thread(void *arg)
             pthread_mutex_lock(&sov_g.lock);
             continue;
         }
+        if (sov_g.closing_added) { /* a fresh close: its FINACK comes soon */
+            sov_g.closing_added = false;
+            close_poll_ms = 1;
+        }
         uint64_t wait_ms = 0;
         if (closing)
             wait_ms = close_poll_ms;
@@ -214,6 +229,7 @@ static void *service_thread(void *arg)
         }
         if (!wait_ms) {
             close_poll_ms = 1;
+            sov_g.service_until_ns = 0;
             pthread_cond_wait(&sov_g.service_cond, &sov_g.lock);
             continue;
         }
@@ -222,7 +238,9 @@ static void *service_thread(void *arg)
         ts.tv_nsec += (long)(wait_ms * 1000000);
         ts.tv_sec += ts.tv_nsec / 1000000000L;
         ts.tv_nsec %= 1000000000L;
+        sov_g.service_until_ns = sov_now_ns() + wait_ms * 1000000;
         pthread_cond_timedwait(&sov_g.service_cond, &sov_g.lock, &ts);
+        sov_g.service_until_ns = 0;
         pthread_mutex_unlock(&sov_g.lock);
         uint64_t now = sov_now_ns();
         if (closing && service_closing(now))
@@ -270,8 +288,10 @@ void sov_pairing_add(struct sov_sock *s)
         s->in_pairing = true;
     }
     ensure_service();
+    bool wake = service_needs_wake();
     pthread_mutex_unlock(&sov_g.lock);
-    pthread_cond_signal(&sov_g.service_cond); /* after the unlock: sov_pairing_add */
+    if (wake)
+        pthread_cond_signal(&sov_g.service_cond); /* after the unlock */
 }
 
 void sov_pairing_remove(struct sov_sock *s)
@@ -365,9 +385,12 @@ void sov_close_connected(struct sov_sock *s)
     pthread_mutex_lock(&sov_g.lock);
     s->next_closing = sov_g.closing;
     sov_g.closing = s;
+    sov_g.closing_added = true;
     ensure_service();
+    bool wake = linger_ns || service_needs_wake();
     pthread_mutex_unlock(&sov_g.lock);
-    pthread_cond_signal(&sov_g.service_cond); /* after the unlock: sov_pairing_add */
+    if (wake)
+        pthread_cond_signal(&sov_g.service_cond); /* after the unlock: sov_pairing_add */
     if (linger_ns) { /* SO_LINGER: wait until the service thread is done */
         pthread_mutex_lock(&s->wait_lock);
         while (atomic_load(&s->events) == seen)

@@ -348,6 +348,10 @@ struct sov_global {
     pthread_cond_t service_cond;
     pthread_t service_thread;
     bool service_running;
+    /* The end of the service thread's timed sleep (0: awake, or asleep
+     * with no timer), and whether a close came since its last pass. */
+    uint64_t service_until_ns;
+    bool closing_added;
     struct sov_sock *closing;
     struct sov_sock *timed; /* connected sockets that may hold combined data */
     struct sov_sock *pairing; /* sovia run connections not yet paired */

@@ -106,6 +106,7 @@ struct shm_peer {
     size_t ctl_len;
     struct shm_rx *rx; /* we write data and completions here */
     size_t rx_len;
+    bool merged; /* ctl and rx are one mapping of one file */
     const _Atomic uint32_t *wake_armed; /* the peer's receive wake-up */
     _Atomic uint32_t *wake_word;        /* futex mode */
     int wake_sock;                      /* socket mode when >= 0 */

@@ -143,10 +143,16 @@ int shm_vi_segments_create(struct shm_vi *vi)
 
 void shm_vi_segments_destroy(struct shm_vi *vi)
 {
-    if (vi->ctl)
-        munmap(vi->ctl, vi->ctl_len);
-    if (vi->rx) /* merged: the rest of the one mapping */
-        munmap(vi->rx, vi->rx_len);
+    /* Merged: one mapping, one munmap (each is a TLB shootdown of the
+     * process's other CPUs, at every connection's end). */
+    if (vi->ctl && vi->merged && vi->rx)
+        munmap(vi->ctl, vi->ctl_len + vi->rx_len);
+    else {
+        if (vi->ctl)
+            munmap(vi->ctl, vi->ctl_len);
+        if (vi->rx)
+            munmap(vi->rx, vi->rx_len);
+    }
     if (vi->ctl_fd >= 0)
         VipxFdClose(vi->ctl_fd);
     if (vi->rx_fd >= 0)
@@ -189,15 +195,10 @@ static bool peer_geometry_ok(const struct shm_ctl_header *h, size_t ctl_len, siz
     return h->rx_size == rx_len && h->data_off >= cmpl_end && h->data_off <= rx_len;
 }
 
-static void *map_peer_at(int fd, size_t len, int prot, off_t at)
-{
-    void *p = mmap(NULL, len, prot, MAP_SHARED, fd, at);
-    return p == MAP_FAILED ? NULL : p;
-}
-
 static void *map_peer(int fd, size_t len, int prot)
 {
-    return map_peer_at(fd, len, prot, 0);
+    void *p = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
+    return p == MAP_FAILED ? NULL : p;
 }
 
 /* b is a or names the same file as a (-1: not there, as after an exec). */
@@ -239,11 +240,9 @@ int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m,
     bool sock = m->wake_sock == SHM_WAKE_SOCKET, futex = m->wake_sock == SHM_WAKE_FUTEX;
     size_t ctl_len = sealed_size(fds[0], SEALS_COMMON);
     size_t rx_len = m->rx_off ? 0 : sealed_size(fds[1], SEALS_COMMON);
-    off_t rx_at = 0;
     if (m->rx_off) { /* one memfd: fds[1] names it too (or is not there) */
         if (!same_file(fds[0], fds[1]) || m->rx_off % page || m->rx_off >= ctl_len)
             return -EPROTO;
-        rx_at = (off_t)m->rx_off;
         rx_len = ctl_len - m->rx_off;
         ctl_len = m->rx_off;
     }
@@ -259,8 +258,21 @@ int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m,
 
     *peer = (struct shm_peer){.sock = -1, .pidfd = -1, .wake_sock = -1, .kept = {-1, -1, -1, -1},
                               .nic = snic};
-    peer->ctl = map_peer(fds[0], ctl_len, PROT_READ);
-    peer->rx = map_peer_at(m->rx_off ? fds[0] : fds[1], rx_len, PROT_READ | PROT_WRITE, rx_at);
+    if (m->rx_off) {
+        /* One file: one mapping, ctl made read-only in it, so the end of
+         * the connection unmaps it in one call. */
+        char *all = map_peer(fds[0], ctl_len + rx_len, PROT_READ | PROT_WRITE);
+        if (all && mprotect(all, ctl_len, PROT_READ) != 0) {
+            munmap(all, ctl_len + rx_len);
+            all = NULL;
+        }
+        peer->ctl = (const struct shm_ctl *)all;
+        peer->rx = all ? (struct shm_rx *)(all + ctl_len) : NULL;
+        peer->merged = all != NULL;
+    } else {
+        peer->ctl = map_peer(fds[0], ctl_len, PROT_READ);
+        peer->rx = map_peer(fds[1], rx_len, PROT_READ | PROT_WRITE);
+    }
     peer->ctl_len = ctl_len;
     peer->rx_len = rx_len;
     peer->armed_len = armed_len;
@@ -307,10 +319,15 @@ int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m,
 
 void shm_peer_unmap(struct shm_peer *peer)
 {
-    if (peer->ctl)
-        munmap((void *)peer->ctl, peer->ctl_len);
-    if (peer->rx)
-        munmap(peer->rx, peer->rx_len);
+    if (peer->merged)
+        munmap((void *)peer->ctl, peer->ctl_len + peer->rx_len);
+    else {
+        if (peer->ctl)
+            munmap((void *)peer->ctl, peer->ctl_len);
+        if (peer->rx)
+            munmap(peer->rx, peer->rx_len);
+    }
+    peer->merged = false;
     if (peer->armed_sh)
         shm_shared_put(peer->nic, peer->armed_sh);
     else if (peer->armed_map)
