@@ -71,7 +71,11 @@ static void held_add(struct held *h, unsigned long ino, enum held_kind kind, con
     CHECK(h->n < MAX_HELD);
     h->e[h->n].ino = ino;
     h->e[h->n].kind = kind;
-    snprintf(h->e[h->n].name, sizeof h->e[h->n].name, "%s", name);
+    /* A name cut to fit is only for the messages (a copy, not snprintf:
+     * GCC's -Wformat-truncation fails Release builds on that). */
+    size_t len = strnlen(name, sizeof h->e[h->n].name - 1);
+    memcpy(h->e[h->n].name, name, len);
+    h->e[h->n].name[len] = 0;
     h->n++;
 }
 
