@@ -156,6 +156,7 @@ static void write_record(const char *path, int sig)
     put_field(&l, "carried", t.carried);
     put_field(&l, "fell_back", t.fell_back);
     put_field(&l, "kernel", t.kernel);
+    put_field(&l, "short", t.short_);
     put_field(&l, "redirected", t.redirected);
     put_field(&l, "migrated", t.migrated);
     put_field(&l, "bytes_sent", t.bytes_sent);

@@ -503,8 +503,9 @@ PRELOAD_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t addrle
     bool tcp = addr && addrlen >= sizeof(struct sockaddr_in) && !carried(fd) &&
                (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) &&
                tcp_stream(fd, &domain) && addr->sa_family == domain;
+    bool too_short = false; /* shortconn.c */
     if (tcp && sov_addr_port(addr) != 0 && sov_addr_is_local(addr, addrlen) &&
-        !preload_io_uring_check()) {
+        !preload_io_uring_check() && !(too_short = !sov_tp_worth_carrying(addr))) {
         int saved = errno;
         if (local_address(fd, &local) != 0 ||
             sov_tp_connect(fd, domain, (struct sockaddr *)&local, addr, is_nonblocking(fd), &s) != 0)
@@ -513,8 +514,11 @@ PRELOAD_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t addrle
     }
     int rc = real.connect(fd, addr, addrlen);
     if (!s) {
-        if (tcp && (rc == 0 || errno == EINPROGRESS))
+        if (tcp && (rc == 0 || errno == EINPROGRESS)) {
             atomic_fetch_add(&sov_g.tp_kernel, 1);
+            if (too_short)
+                atomic_fetch_add(&sov_g.tp_short, 1);
+        }
         return rc;
     }
     int err = errno;

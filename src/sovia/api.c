@@ -367,6 +367,9 @@ SOV_EXPORT int sov_close(int fd)
     if (!s)
         return -1;
     s->dead = s->closing = true;
+    if (s->tp_client && s->kind == SK_CONNECTED && !s->tp_waiting && s->conn)
+        sov_tp_note_carried((struct sockaddr *)&s->peer, s->conn->stats.data_packets_sent +
+                                                             s->conn->stats.data_packets_received);
     sov_table_remove(s);
     enum sov_kind kind = s->kind;
     int port_fd = s->port_fd;

@@ -604,6 +604,7 @@ static bool enqueue(struct sov_listener *l, const struct pending *p)
         atomic_fetch_add(&l->s->events, 1);
     }
     l->establishing_port = 0;
+    l->establishing_token = -1;
     pthread_mutex_unlock(&l->s->wait_lock);
     /* After the unlock: a woken accept() no longer finds the lock held and
      * sleeps on it again. The listener outlives its thread (this one). */
@@ -831,13 +832,14 @@ static void *connection_thread(void *arg)
         }
         if (ra.MaxTransferSize < p.conn->send_mtu)
             p.conn->send_mtu = ra.MaxTransferSize;
+        if (l->transparent) /* accept() checks it against the kernel connection */
+            VipxConnToken(ch, &p.token);
         pthread_mutex_lock(&l->s->wait_lock);
         p.unbound = l->transparent && !l->ticketed && sov_addr_port((struct sockaddr *)&p.peer) == 0;
         l->establishing_port = p.unbound ? SOV_ESTABLISHING_ANY
                                          : sov_addr_port((struct sockaddr *)&p.peer);
+        l->establishing_token = p.unbound && !p.foreign ? p.token : -1;
         pthread_mutex_unlock(&l->s->wait_lock);
-        if (l->transparent) /* accept() checks it against the kernel connection */
-            VipxConnToken(ch, &p.token);
         bool ok = VipConnectAccept(ch, p.conn->vi) == VIP_SUCCESS;
         int st = 1; /* sovia run: WAKEUP waits for accept() */
         if (ok && !l->transparent) {
@@ -853,6 +855,7 @@ static void *connection_thread(void *arg)
         } else if (!ok || st < 0 || !enqueue(l, &p)) {
             pthread_mutex_lock(&l->s->wait_lock);
             l->establishing_port = 0;
+            l->establishing_token = -1;
             pthread_mutex_unlock(&l->s->wait_lock);
             pthread_cond_broadcast(&l->s->cond); /* after the unlock: enqueue */
             sov_pending_drop(&p);

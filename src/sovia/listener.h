@@ -59,6 +59,12 @@ struct sov_listener {
     /* A VI being accepted by the thread: its client port (0: none;
      * SOV_ESTABLISHING_ANY: an unbound client's, which any may be). */
     uint32_t establishing_port;
+    /* With SOV_ESTABLISHING_ANY, that VI's token when it is our user's
+     * socket (-1: another user's): an accept() waits for the VI only if
+     * the token's port is its client's (a plain client's accept() need not
+     * wait for another connection's VI). Under s->wait_lock; the thread
+     * closes it only after clearing establishing_port. */
+    int establishing_token;
     pid_t owner; /* the process whose connection thread serves it */
     VIP_NET_ADDRESS *remote; /* the thread's buffer (here: reachable from a fork child) */
     struct establishing *est; /* the thread's (cap entries; here for the same reason) */

@@ -134,8 +134,15 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
             break;
         }
         uint64_t now = sov_now_ns();
-        bool arriving = l->establishing_port == port ||
-                        l->establishing_port == SOV_ESTABLISHING_ANY || now - start < patience_ns;
+        bool arriving = l->establishing_port == port || now - start < patience_ns;
+        if (l->establishing_port == SOV_ESTABLISHING_ANY && !arriving) {
+            struct sockaddr_storage t;
+            socklen_t tl = sizeof(t);
+            arriving = l->establishing_token < 0 || /* another user's: cannot tell */
+                       (getsockname(l->establishing_token, (struct sockaddr *)&t, &tl) == 0 &&
+                        (t.ss_family == AF_INET || t.ss_family == AF_INET6) &&
+                        sov_addr_port((struct sockaddr *)&t) == port);
+        }
         if (c || !arriving || (now > end && now - start >= patience_ns))
             break;
         /* A redirected client that could not follow fell back: its bytes,

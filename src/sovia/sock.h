@@ -258,6 +258,7 @@ struct sov_sock {
     /* sov_close took it (not a fallback): a call that was waiting in it
      * ends with EBADF, never on the kernel socket (sov_tp_closed_meanwhile) */
     bool closing;
+    bool tp_client; /* sovia run: our connect() made it (s->peer: where to) */
     unsigned gen; /* bumped when the structure is recycled */
     atomic_uint events; /* bumped by HANDLER/NOTIFY threads after handling */
     enum sov_kind kind;
@@ -369,6 +370,7 @@ struct sov_global {
      * process's own (a fork child starts again: sov_tally_forked). */
     atomic_ullong bytes_sent, bytes_received; /* of destroyed connections */
     atomic_uint tp_paired, tp_fell_back, tp_kernel, tp_redirected;
+    atomic_uint tp_short; /* of tp_kernel: left to it as too short to carry (shortconn.c) */
     atomic_uint tp_migrated; /* carried connections moved back to the kernel */
     /* sovia run: no new connection is carried (the process sandboxed
      * itself: sovia's system calls may no longer be allowed). */
@@ -384,7 +386,7 @@ extern struct sov_global sov_g;
  * out), so a signal handler may call it in a thread that holds no socket
  * lock. */
 struct sov_tally {
-    unsigned carried, fell_back, kernel, redirected, migrated;
+    unsigned carried, fell_back, kernel, redirected, migrated, short_;
     unsigned long long bytes_sent, bytes_received;
 };
 void sov_tally(struct sov_tally *t);

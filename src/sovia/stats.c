@@ -66,6 +66,7 @@ void sov_tally(struct sov_tally *t)
         .fell_back = atomic_load(&sov_g.tp_fell_back),
         .kernel = atomic_load(&sov_g.tp_kernel),
         .redirected = atomic_load(&sov_g.tp_redirected),
+        .short_ = atomic_load(&sov_g.tp_short),
         .migrated = atomic_load(&sov_g.tp_migrated),
         .bytes_sent = atomic_load(&sov_g.bytes_sent),
         .bytes_received = atomic_load(&sov_g.bytes_received),
@@ -100,6 +101,7 @@ void sov_tally_forked(void)
     atomic_store(&sov_g.tp_fell_back, 0);
     atomic_store(&sov_g.tp_kernel, 0);
     atomic_store(&sov_g.tp_redirected, 0);
+    atomic_store(&sov_g.tp_short, 0);
     atomic_store(&sov_g.tp_migrated, 0);
     uint32_t gen = atomic_fetch_add(&tally_gen, 1) + 1;
     for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {

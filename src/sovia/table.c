@@ -166,7 +166,7 @@ struct sov_sock *sov_sock_adopt(int fd, int domain, bool nonblock)
     }
     sov_sock_lock(s);
     s->fd = fd;
-    s->dead = s->closing = false;
+    s->dead = s->closing = s->tp_client = false;
     s->kind = SK_NEW;
     s->domain = domain;
     s->nonblock = nonblock;

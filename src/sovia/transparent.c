@@ -73,6 +73,10 @@ int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struc
     s->conn = c;
     s->transparent = true;
     s->tp_waiting = true;
+    s->tp_client = true;
+    s->peer_len = peer->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                             : sizeof(struct sockaddr_in6);
+    memcpy(&s->peer, peer, s->peer_len);
     s->kind = SK_CONNECTED;
     sov_sock_unlock(s);
     *out = s;

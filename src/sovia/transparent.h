@@ -116,6 +116,11 @@ int sov_tp_unread(int fd, int *bytes);
 /* The last sov_sendv/sov_recvv of this thread failed with EBADF because
  * the socket was closed while it waited (not because it fell back). */
 bool sov_tp_closed_meanwhile(void);
+/* shortconn.c: false when the last connections of this process to `to`
+ * were too short to repay carrying (the caller leaves this one to kernel
+ * TCP); sov_tp_note_carried tells it how long each carried one was. */
+bool sov_tp_worth_carrying(const struct sockaddr *to);
+void sov_tp_note_carried(const struct sockaddr *to, uint64_t packets);
 /* SIOCATMARK: is the reader at the urgent mark (MSG_OOB)? */
 int sov_tp_atmark(int fd, int *at);
 /* The program named the owner of fd (F_SETOWN & co.): urgent data must

@@ -194,6 +194,11 @@ void p_init(const char *test)
     close(fd);
     atexit(remove_stat_log);
     setenv("SOVIA_STAT_LOG", stat_path, 1);
+    /* The cases count carried connections, many of them one exchange
+     * long: sovia run's default would leave later ones to kernel TCP
+     * (src/sovia/shortconn.c; preload/shortconn tests that, setting it
+     * first). */
+    setenv("SOVIA_SHORT_CONNS", "0", 0);
     int fatal[] = {SIGALRM, SIGTERM, SIGINT, SIGHUP};
     for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
         signal(fatal[i], on_fatal);
@@ -659,11 +664,12 @@ bool p_stat_of(pid_t pid, struct p_stat *st)
             !field(line, "kernel", &v[3]) || !field(line, "redirected", &v[4]) ||
             !field(line, "bytes_sent", &v[5]) || !field(line, "bytes_received", &v[6]))
             continue;
-        unsigned long long sig, mig;
+        unsigned long long sig, mig, sh;
         *st = (struct p_stat){(int)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3],
                               (unsigned)v[4], v[5], v[6],
                               field(line, "signal", &sig) ? (int)sig : -1,
-                              field(line, "migrated", &mig) ? (unsigned)mig : 0};
+                              field(line, "migrated", &mig) ? (unsigned)mig : 0,
+                              field(line, "short", &sh) ? (unsigned)sh : 0};
         found = true;
     }
     fclose(f);

@@ -195,6 +195,7 @@ struct p_stat {
     unsigned long long bytes_sent, bytes_received;
     int signal; /* that ended it (0: exit), -1 if the record does not say */
     unsigned migrated; /* connections moved back to the kernel in mid-stream */
+    unsigned short_;   /* of kernel: left to it as too short to carry */
 };
 /* The record of pid in SOVIA_STAT_LOG; false if it wrote none. */
 bool p_stat_of(pid_t pid, struct p_stat *st);

@@ -32,8 +32,8 @@ def run(*args, env=None):
     return p.returncode, p.stdout, p.stderr
 
 
-def bench(*args, log=None):
-    env = dict(os.environ, SOVIA_STAT_LOG=log) if log else None
+def bench(*args, log=None, extra=None):
+    env = dict(os.environ, SOVIA_STAT_LOG=log, **(extra or {})) if log else None
     rc, out, err = run("bench", *args, "--json", env=env)
     if rc != 0:
         raise AssertionError(f"{args}: exit {rc}: {err}")
@@ -107,6 +107,7 @@ class Conns(unittest.TestCase):
         # Without a SOVIA_STAT_LOG of the caller's, the bench reads the
         # workers' own records (and leaves nothing behind).
         env = {k: v for k, v in os.environ.items() if k != "SOVIA_STAT_LOG"}
+        env["SOVIA_SHORT_CONNS"] = "0"  # every connection carried (connrate's are short)
         with tempfile.TemporaryDirectory() as d:
             env["TMPDIR"] = d
             rc, out, err = run("bench", "conns", "--transport", "preload", "--count", "30",
@@ -139,8 +140,11 @@ class ConnRate(unittest.TestCase):
                 with self.subTest(transport=transport, clients=clients), \
                         tempfile.TemporaryDirectory() as d:
                     log = os.path.join(d, "stat.json")
+                    # Every connection carried (the default leaves short
+                    # ones to kernel TCP: test_short_steps_aside).
                     r = bench("connrate", "--transport", transport, "--clients", str(clients),
-                              "--seconds", "0.3", "--warmup", "0.1", log=log)
+                              "--seconds", "0.3", "--warmup", "0.1", log=log,
+                              extra={"SOVIA_SHORT_CONNS": "0"})
                     self.check(r, transport, clients)
                     recs = records(log)
                     if transport == "tcp":
@@ -153,6 +157,34 @@ class ConnRate(unittest.TestCase):
                     self.assertTrue(all(x["fell_back"] == 0 and x["kernel"] == 0
                                         for x in recs), recs)
                     self.assertGreaterEqual(made, 2 * r["conns"])
+
+    def test_short_steps_aside(self):
+        # The default: a client's connections of one exchange each are too
+        # short to repay carrying; after the first few (carried: they
+        # teach it) the client leaves them to kernel TCP at once, carrying
+        # one in 256 to learn again; none falls back, the server carries
+        # exactly those the client did.
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "stat.json")
+            env = {k: v for k, v in os.environ.items() if k != "SOVIA_SHORT_CONNS"}
+            rc, out, err = run("bench", "connrate", "--transport", "preload", "--clients", "1",
+                               "--seconds", "0.5", "--warmup", "0.1", "--json",
+                               env=dict(env, SOVIA_STAT_LOG=log))
+            self.assertEqual(rc, 0, err)
+            r = json.loads(out)
+            recs = [x for x in records(log) if x["exe"].endswith("sovia-rr")]
+            self.assertEqual(len(recs), 2, recs)
+            client = max(recs, key=lambda x: x["short"])
+            server = min(recs, key=lambda x: x["short"])
+            total = client["carried"] + client["kernel"]
+            self.assertGreater(total, 300, recs)
+            self.assertEqual(client["fell_back"] + server["fell_back"], 0, recs)
+            self.assertEqual(client["kernel"], client["short"], recs)
+            self.assertGreaterEqual(client["carried"], 4, recs)
+            self.assertLessEqual(client["carried"], 4 + total // 256 + 1, recs)
+            self.assertEqual((server["carried"], server["kernel"], server["short"]),
+                             (client["carried"], client["kernel"], 0), recs)
+            self.assertGreater(r["conns"], 0)
 
 
 if __name__ == "__main__":
