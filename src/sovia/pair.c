@@ -23,6 +23,10 @@ int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *loc
      * redirected, the user that accepted our connection (its server end's
      * owner; the listening user only names the ticket). Without socket
      * diagnostics, our own, as always before. */
+    /* Across hosts (a fabric NIC with a cluster key) the proof stands
+     * for the token, which cannot cross hosts (xhost.c). */
+    if (sov_xhost_on())
+        return ticket ? -ECONNREFUSED : sov_xhost_connect(c, local, peer);
     uid_t owner = geteuid();
     uint64_t ino;
     int err = ticket ? sov_socket_owner(peer, local, &owner, &ino) : sov_listener_owner(peer, &owner);
@@ -69,6 +73,7 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
     if (getsockname(fd, (struct sockaddr *)&own, &ol) != 0 ||
         getpeername(fd, (struct sockaddr *)&client, &cl) != 0)
         return NULL;
+    bool xhost = sov_xhost_on();
     pthread_mutex_lock(&s->wait_lock);
     struct sov_listener *l = s->lst;
     /* The client connects its VI before its kernel socket, so its entry is
@@ -80,14 +85,22 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
             bool broken = sov_queued_conn_broken(p->conn);
             if (!broken && sov_addr_port((struct sockaddr *)&p->peer) != port)
                 continue;
-            bool ours = !broken && sov_token_holds(p->token, p->uid, (struct sockaddr *)&client,
-                                                   (struct sockaddr *)&own);
+            /* Across hosts the VI names its client end, and its HELLO,
+             * checked below, proves it: one of another client's is left. */
+            if (!broken && xhost &&
+                !sov_xhost_same_client((struct sockaddr *)&own, (struct sockaddr *)&p->peer,
+                                       (struct sockaddr *)&client))
+                continue;
+            bool ours = !broken && (xhost || sov_token_holds(p->token, p->uid,
+                                                             (struct sockaddr *)&client,
+                                                             (struct sockaddr *)&own));
             struct pending taken = sov_queue_take(l, i--);
             if (!ours) { /* gone, or claims a connection that is not its own */
                 sov_pending_drop(&taken);
                 continue;
             }
-            VipxFdClose(taken.token);
+            if (taken.token >= 0)
+                VipxFdClose(taken.token);
             c = taken.conn;
             break;
         }
@@ -114,6 +127,10 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
     pthread_mutex_unlock(&s->wait_lock);
     if (!c)
         return NULL;
+    if (xhost && sov_xhost_accept(c, fd) != 0) {
+        sov_conn_destroy(c); /* the client sees its VI go: kernel TCP */
+        return NULL;
+    }
     /* The client answers our WAKEUP with its own, which opens our window;
      * until then we are tentative too (transparent.c), and if the client
      * gave up meanwhile both ends use the kernel connection. */

@@ -46,6 +46,19 @@ bool sov_tp_fd_room(void)
     return VipxFdRoom(SOV_TP_CONN_FDS);
 }
 
+bool sov_tp_across_hosts(void)
+{
+    /* Only a process that was given a key starts sovia for a connection
+     * to another host (the variable as at start: nginx clears it). */
+    static _Atomic int wanted = -1;
+    int w = atomic_load_explicit(&wanted, memory_order_relaxed);
+    if (w < 0) {
+        w = getenv("SOVIA_CLUSTER_KEY_FILE") != NULL;
+        atomic_store_explicit(&wanted, w, memory_order_relaxed);
+    }
+    return w && sov_init() == 0 && sov_xhost_on();
+}
+
 int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struct sockaddr *peer,
                    bool nonblock, struct sov_sock **out)
 {
