@@ -61,16 +61,19 @@ print(times[0], statistics.median(times[1:]), flush=True)
 
 
 def in_host(h, argv, under, env):
+    if under == "nokey":
+        env = {k: v for k, v in env.items() if k != "SOVIA_CLUSTER_KEY_FILE"}
     cmd = ["ip", "netns", "exec", f"{NS}-{h}", *(([SOVIA, "run", "--"] if under else []) + argv)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env)
 
 
-def line(name, a, b, unit):
+def line(name, a, b, unit, c=None):
     def f(v):
         return f"{statistics.median(v):.1f} [{min(v):.1f}-{max(v):.1f}]"
+    extra = f"   sovia without key {f(c)} {unit}" if c else ""
     print(f"{name:22s} sovia {f(a)} {unit}   kernel {f(b)} {unit}   ratio "
-          f"{statistics.median(a) / statistics.median(b):.2f}", flush=True)
+          f"{statistics.median(a) / statistics.median(b):.2f}{extra}", flush=True)
 
 
 def main():
@@ -105,18 +108,18 @@ def main():
     # connect + first exchange to a host without sovia
     srv = in_host(1, [sys.executable, "-c", ECHO_SERVER, "6000"], False, env)
     srv.stdout.readline()
-    first = {True: [], False: []}
-    med = {True: [], False: []}
+    first = {True: [], False: [], "nokey": []}
+    med = {True: [], False: [], "nokey": []}
     for r in range(rounds):
-        for under in (True, False):
+        for under in (True, False, "nokey"):
             cli = in_host(2, [sys.executable, "-c", CLIENT, ADDRS[0], "6000", "201"], under, env)
             out, _ = cli.communicate(timeout=60)
             f, m = out.split()
             first[under].append(int(f) / 1000)
             med[under].append(float(m) / 1000)
     srv.kill()
-    line("no_sovia first", first[True], first[False], "us")
-    line("no_sovia after", med[True], med[False], "us")
+    line("no_sovia first", first[True], first[False], "us", first["nokey"])
+    line("no_sovia after", med[True], med[False], "us", med["nokey"])
     print(f"load {os.getloadavg()[0]:.1f} (1 min) at end", flush=True)
     os.unlink(key)
     os.rmdir(d)

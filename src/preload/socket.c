@@ -558,7 +558,8 @@ PRELOAD_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t addrle
                (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) &&
                tcp_stream(fd, &domain) && addr->sa_family == domain;
     if (tcp && sov_addr_port(addr) != 0 &&
-        (sov_addr_is_local(addr, addrlen) || sov_tp_across_hosts()) && !preload_io_uring_check()) {
+        (sov_addr_is_local(addr, addrlen) || sov_tp_host_worth_trying(addr)) &&
+        !preload_io_uring_check()) {
         int saved = errno;
         if (local_address(fd, domain, &local) != 0 ||
             sov_tp_connect(fd, domain, (struct sockaddr *)&local, addr, is_nonblocking(fd), &s) != 0)

@@ -24,6 +24,7 @@
 
 #include "sock.h"
 #include "transparent.h"
+#include "xauth.h"
 
 /* Read on first use by whichever thread settles a socket first: the
  * program's and the service thread, each under its own socket's lock, so
@@ -46,17 +47,27 @@ bool sov_tp_fd_room(void)
     return VipxFdRoom(SOV_TP_CONN_FDS);
 }
 
-bool sov_tp_across_hosts(void)
+/* Only a process that was given a key starts sovia for a connection to
+ * another host (the variable as first seen: nginx clears it). */
+static bool across_wanted(void)
 {
-    /* Only a process that was given a key starts sovia for a connection
-     * to another host (the variable as at start: nginx clears it). */
     static _Atomic int wanted = -1;
     int w = atomic_load_explicit(&wanted, memory_order_relaxed);
     if (w < 0) {
         w = getenv("SOVIA_CLUSTER_KEY_FILE") != NULL;
         atomic_store_explicit(&wanted, w, memory_order_relaxed);
     }
-    return w && sov_init() == 0 && sov_xhost_on();
+    return w;
+}
+
+bool sov_tp_across_hosts(void)
+{
+    return across_wanted() && sov_init() == 0 && sov_xhost_on();
+}
+
+bool sov_tp_host_worth_trying(const struct sockaddr *peer)
+{
+    return sov_tp_across_hosts() && !sov_xpeer_refusing(peer, sov_now_ns());
 }
 
 int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struct sockaddr *peer,
