@@ -597,6 +597,10 @@ int sov_claim(int fd, const struct sockaddr *listening, uid_t owner, uint32_t ti
  * WAKEUP). A WAKEUP before the proof is complete fails the connection. */
 enum sov_xh { XH_NONE, XH_CLIENT_HELLO, XH_CLIENT_OK, XH_SERVER_ACCEPTED, XH_SERVER_OK };
 bool sov_xhost_on(void); /* after sov_init */
+/* Can this process's NIC pair sovia run connections at all? shm (the
+ * token), or fabric with the key (the proofs); fabric without a key
+ * cannot prove anything: no shadow listener, no attempt. */
+bool sov_xhost_nic_pairs(void);
 /* The client's VI to `peer` and its HELLO; -ECONNREFUSED when that host
  * does not answer as a sovia host (then remembered: sov_xpeer_refused). */
 int sov_xhost_connect(struct sov_conn *c, const struct sockaddr *local, const struct sockaddr *peer);

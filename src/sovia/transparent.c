@@ -76,6 +76,8 @@ int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struc
     int err = sov_init();
     if (err)
         return err;
+    if (!sov_xhost_nic_pairs())
+        return -ECONNREFUSED;
     if (!sov_tp_fd_room())
         return -EMFILE;
     struct sov_sock *s = sov_sock_adopt(fd, domain, nonblock);
@@ -161,7 +163,7 @@ int sov_tp_publish_client(struct sov_sock *s)
 struct sov_sock *sov_tp_listen(int fd, int domain, const struct sockaddr *local, int backlog,
                                uint32_t ticket)
 {
-    if (sov_init() != 0)
+    if (sov_init() != 0 || !sov_xhost_nic_pairs())
         return NULL;
     struct sov_sock *s = sov_sock_adopt(fd, domain, false);
     if (!s)

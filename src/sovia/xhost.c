@@ -15,6 +15,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,7 +50,15 @@ static void xhost_init(void)
     /* The fabric NIC is the only one that reaches other hosts; the key
      * says this host may pair with them. Without either, nothing here is
      * used and same-host pairing is as before. */
-    xg.on = strncmp(xg.provider, "fabric", 6) == 0 && sov_xkey_from_env(&xg.key) == 0;
+    if (strncmp(xg.provider, "fabric", 6) != 0)
+        return;
+    int err = sov_xkey_from_env(&xg.key);
+    xg.on = err == 0;
+    /* Said once: otherwise a refused key looks like a peer without sovia. */
+    if (err && err != -ENOENT)
+        fprintf(stderr, "sovia: SOVIA_CLUSTER_KEY_FILE refused (%s): connections to other hosts "
+                        "stay on kernel TCP (docs/SECURITY.md, \"Between hosts\")\n",
+                strerror(-err));
 }
 
 bool sov_xhost_on(void)
@@ -58,6 +67,11 @@ bool sov_xhost_on(void)
         return false;
     pthread_once(&xg.once, xhost_init);
     return xg.on;
+}
+
+bool sov_xhost_nic_pairs(void)
+{
+    return sov_xhost_on() || strncmp(sov_provider_name(), "fabric", 6) != 0;
 }
 
 const char *sov_provider_name(void)

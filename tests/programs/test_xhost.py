@@ -70,14 +70,14 @@ class Xhost(unittest.TestCase):
         self.procs.append(p)
         return p
 
-    def finish(self, p, what, timeout=60):
+    def finish(self, p, what, timeout=60, status=0):
         try:
             out, _ = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             p.kill()
             out, _ = p.communicate()
             self.fail(f"{what} did not end in {timeout} s: {out}")
-        self.assertEqual(p.returncode, 0, f"{what}: {out}")
+        self.assertEqual(p.returncode, status, f"{what}: {out}")
         return out
 
     def records(self, log):
@@ -96,12 +96,17 @@ class Xhost(unittest.TestCase):
         echo = [sys.executable, os.path.join(HERE, "xhost_echo.py")]
         server = self.start(server_host, echo + ["server", str(self.port), str(conns)],
                             server_under, server_key, slog, provider)
-        self.assertEqual(server.stdout.readline().strip(), "listening")
+        self.server_out = ""  # what it said before it listened (sovia's warning, if any)
+        while not self.server_out.endswith("listening\n"):
+            line = server.stdout.readline()
+            self.assertTrue(line, f"the echo server ended: {self.server_out}")
+            self.server_out += line
         client = self.start(client_host, echo + ["client", ADDRS[server_host - 1],
                                                  str(self.port), str(size), str(conns)],
                             client_under, client_key, clog, provider)
         out = self.finish(client, "echo client")
-        self.assertEqual(out.strip(), f"ok {conns}")
+        self.client_out = out
+        self.assertEqual(out.strip().splitlines()[-1], f"ok {conns}", out)
         self.finish(server, "echo server")
         srec, crec = self.records(slog), self.records(clog)
         return (srec[0] if srec else None), (crec[0] if crec else None)
@@ -128,6 +133,28 @@ class Xhost(unittest.TestCase):
         srec, crec = self.echo(True, True, self.key, self.make_key("other"))
         self.assert_kernel(srec, 2)
         self.assert_kernel(crec, 2)
+
+    def test_key_others_may_read(self):
+        """A key file the group or others may read is refused, and said so
+        (once per process): kernel TCP, correct."""
+        os.chmod(self.key, 0o644)
+        srec, crec = self.echo(True, True, self.key, self.key)
+        self.assertIsNone(srec)  # no shadow listener: its accepts are not counted
+        self.assert_kernel(crec, 2)
+        for out in (self.client_out, self.server_out):
+            self.assertEqual(out.count("SOVIA_CLUSTER_KEY_FILE refused (Permission"), 1, out)
+
+    def test_no_key_on_server(self):
+        """A process over fabric without a key makes no shadow listener (it
+        could prove nothing): the client's VI is refused at once, and its
+        connections go to kernel TCP, not to a pairing that never comes."""
+        t0 = time.monotonic()
+        srec, crec = self.echo(True, True, None, self.key, conns=5, size=1000)
+        self.assertIsNone(srec)
+        # Never tentative (a VI that connected and then fell back: 1 s of
+        # pairing timeout each, the echo client speaking first).
+        self.assertEqual((crec["carried"], crec["fell_back"], crec["kernel"]), (0, 0, 5), crec)
+        self.assertLess(time.monotonic() - t0, 30)
 
     def test_no_key_on_client(self):
         """Without a key the client does not try the other host at all."""
