@@ -19,14 +19,14 @@
 int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *local,
                           const struct sockaddr *peer, uint32_t ticket)
 {
-    /* Whose VI listener: the user of the TCP listener we connect to, or,
-     * redirected, the user that accepted our connection (its server end's
-     * owner; the listening user only names the ticket). Without socket
-     * diagnostics, our own, as always before. */
     /* Across hosts (a fabric NIC with a cluster key) the proof stands
      * for the token, which cannot cross hosts (xhost.c). */
     if (sov_xhost_on())
         return ticket ? -ECONNREFUSED : sov_xhost_connect(c, local, peer);
+    /* Whose VI listener: the user of the TCP listener we connect to, or,
+     * redirected, the user that accepted our connection (its server end's
+     * owner; the listening user only names the ticket). Without socket
+     * diagnostics, our own, as always before. */
     uid_t owner = geteuid();
     uint64_t ino;
     int err = ticket ? sov_socket_owner(peer, local, &owner, &ino) : sov_listener_owner(peer, &owner);
