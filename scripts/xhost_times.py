@@ -18,6 +18,8 @@ gives the median of the rounds' figures and their range.
 """
 import json
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -83,6 +85,18 @@ def main():
     if not NS or len(ADDRS) < 2:
         sys.exit("run under scripts/cluster.sh run 2")
     d = tempfile.mkdtemp(prefix="sovia-xtimes-")
+
+    def stop(*_):  # cluster.sh's time limit: the key goes with us
+        shutil.rmtree(d, ignore_errors=True)
+        os._exit(143)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        measure(d, rounds)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def measure(d, rounds):
     key = os.path.join(d, "key")
     fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, os.urandom(32))
@@ -121,8 +135,6 @@ def main():
     line("no_sovia first", first[True], first[False], "us", first["nokey"])
     line("no_sovia after", med[True], med[False], "us", med["nokey"])
     print(f"load {os.getloadavg()[0]:.1f} (1 min) at end", flush=True)
-    os.unlink(key)
-    os.rmdir(d)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ ADDRS = []
 NS = None       # the cluster's name: hosts are namespaces NS-1, NS-2
 FABRIC = "fabric:tcp"
 SKIP = 77
+CURRENT = None  # the case running now (cleaned up on SIGTERM)
 
 
 def in_host(host, argv):
@@ -34,16 +36,22 @@ def in_host(host, argv):
 
 class Xhost(unittest.TestCase):
     def setUp(self):
+        global CURRENT
+        CURRENT = self
         self.dir = tempfile.mkdtemp(prefix="sovia-xhost-")
         self.key = self.make_key("key")
         self.procs = []
         self.port = 5000 + len(self.id()) % 50  # each case's hosts are fresh anyway
 
     def tearDown(self):
+        self.clean_up(wait=True)
+
+    def clean_up(self, wait):
         for p in self.procs:
             if p.poll() is None:
                 p.kill()
-                p.wait()
+                if wait:  # not from a signal handler: the case may be in p.wait()
+                    p.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def make_key(self, name):
@@ -232,6 +240,13 @@ def main():
     if "libfabric.so.1" not in libs:
         print("xhost: skipped: libfabric is not installed")
         sys.exit(SKIP)
+    # cluster.sh stops us with SIGTERM at its time limit (and SIGKILL 5 s
+    # later): the running case's programs and folder (key, logs) go now.
+    def stop(*_):
+        if CURRENT:
+            CURRENT.clean_up(wait=False)
+        os._exit(143)
+    signal.signal(signal.SIGTERM, stop)
     unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
 
 
