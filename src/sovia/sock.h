@@ -611,6 +611,10 @@ bool sov_xhost_same_client(const struct sockaddr *own, const struct sockaddr *a,
  * connection `fd` (its two ends); then our ACCEPT goes. 0 or -errno (the
  * VI is of no use then). */
 int sov_xhost_accept(struct sov_conn *c, int fd);
+/* A client's VI ended before the server's ACCEPT came: that host turned
+ * our HELLO away (another key) or dropped the VI; it is not tried again
+ * for a while (sov_xpeer_refused). */
+void sov_xhost_turned_away(const struct sov_conn *c);
 /* A PKT_XAUTH packet in receive buffer i (sov_handle_packet). */
 void sov_xhost_packet(struct sov_conn *c, VIP_DESCRIPTOR *d, unsigned i);
 /* May the peer's WAKEUP come now (no proof pending)? */

@@ -497,6 +497,7 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
          * it answered our WAKEUP). Its end, if any, is the kernel
          * connection's: the peer's kernel sent FIN or RST there. */
         if (c->reset || c->peer_gone) {
+            sov_xhost_turned_away(c); /* across hosts: before its ACCEPT */
             fall_back(s);
             return SOV_TP_FELL_BACK;
         }

@@ -214,6 +214,12 @@ int sov_xhost_accept(struct sov_conn *c, int fd)
     return 0;
 }
 
+void sov_xhost_turned_away(const struct sov_conn *c)
+{
+    if (c && c->xh == XH_CLIENT_HELLO && c->xp)
+        sov_xpeer_refused((const struct sockaddr *)&c->xp->server, sov_now_ns());
+}
+
 void sov_xhost_packet(struct sov_conn *c, VIP_DESCRIPTOR *d, unsigned i)
 {
     uint32_t len = 0;
