@@ -62,6 +62,9 @@ static void keep_path(const char *path)
  * still do. Replaced in a fork child, alone. */
 static atomic_int log_fd = -1;
 static char exe[256] = "?";
+/* The NIC that carried this process's connections ("shm", "fabric:tcp");
+ * read here, outside any signal handler (it loads the cluster key). */
+static char provider[64];
 
 int exitlog_fd(void)
 {
@@ -152,6 +155,8 @@ static void write_record(const char *path, int sig)
     put_uint(&l, (unsigned long long)getpid());
     put(&l, ", \"exe\": \"");
     put_json(&l, exe);
+    put(&l, "\", \"provider\": \"");
+    put_json(&l, provider);
     put(&l, "\"");
     put_field(&l, "carried", t.carried);
     put_field(&l, "fell_back", t.fell_back);
@@ -249,6 +254,8 @@ void exitlog_capture(void)
 
 static void open_at_init(void)
 {
+    strncpy(provider, sov_provider_name(), sizeof(provider) - 1);
+    preload_fabric_seen();
     if (atomic_load(&log_fd) < 0 && *kept_path())
         open_kept();
 }

@@ -117,6 +117,9 @@ void preload_ending_signals(sigset_t *set);
 void preload_signals_arm(void);
 
 /* exitlog.c: the exit record (SOVIA_STAT_LOG). */
+/* socket.c: libfabric's own sockets (the fabric provider's connections)
+ * are never carried; seen: where libfabric is mapped (at sovia's init). */
+void preload_fabric_seen(void);
 void exitlog_capture(void);     /* at start and in a fork child */
 void exitlog_signal(int sig);   /* async-signal-safe: before `sig` ends the process */
 void exitlog_now(void);         /* the record now: the process sandboxes itself */

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -216,6 +217,45 @@ static void settle_early(int fd)
 
 /* ---- The calls --------------------------------------------------------------- */
 
+/* Where libfabric's code is mapped (0, 0: not loaded). The fabric
+ * provider's own TCP connections (libfabric's tcp provider listens,
+ * connects and accepts through these very functions) are the transport,
+ * never a program's connection to carry: carrying them would recurse into
+ * the provider that makes them. */
+static _Atomic uintptr_t fabric_lo, fabric_hi;
+
+static int find_fabric(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    if (!info->dlpi_name || !strstr(info->dlpi_name, "/libfabric.so"))
+        return 0;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        lo = a < lo ? a : lo;
+        hi = a + ph->p_memsz > hi ? a + ph->p_memsz : hi;
+    }
+    atomic_store(&fabric_lo, lo);
+    atomic_store(&fabric_hi, hi);
+    return 1;
+}
+
+void preload_fabric_seen(void)
+{
+    dl_iterate_phdr(find_fabric, NULL);
+}
+
+static bool from_fabric(const void *caller)
+{
+    uintptr_t a = (uintptr_t)caller;
+    return a < atomic_load_explicit(&fabric_hi, memory_order_relaxed) &&
+           a >= atomic_load_explicit(&fabric_lo, memory_order_relaxed);
+}
+
 PRELOAD_EXPORT int socket(int domain, int type, int protocol)
 {
     preload_ready();
@@ -262,6 +302,8 @@ static struct shadow *shadow_prepare(int fd, int domain, int backlog, bool *made
 PRELOAD_EXPORT int listen(int fd, int backlog)
 {
     preload_ready();
+    if (from_fabric(__builtin_return_address(0)))
+        return real.listen(fd, backlog);
     int domain;
     bool made = false;
     struct shadow *h = NULL;
@@ -439,6 +481,8 @@ static int accept_kernel(int fd, struct sockaddr *addr, socklen_t *addrlen, int 
 PRELOAD_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
 {
     preload_ready();
+    if (from_fabric(__builtin_return_address(0)))
+        return real.accept4(fd, addr, addrlen, flags);
     int nfd = accept_kernel(fd, addr, addrlen, flags);
     if (nfd < 0)
         return nfd;
@@ -448,9 +492,10 @@ PRELOAD_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, in
     int saved = errno;
     struct sockaddr_storage peer;
     socklen_t plen = sizeof(peer);
+    bool across = shadowing && sov_tp_across_hosts();
     if (getpeername(nfd, (struct sockaddr *)&peer, &plen) != 0 ||
         (peer.ss_family != AF_INET && peer.ss_family != AF_INET6) ||
-        !sov_addr_is_local((struct sockaddr *)&peer, plen)) {
+        (!across && !sov_addr_is_local((struct sockaddr *)&peer, plen))) {
         errno = saved;
         return nfd;
     }
@@ -466,7 +511,9 @@ PRELOAD_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, in
         l = h && !h->inherited ? h->l : NULL;
         pthread_mutex_unlock(&shadows_lock);
     }
-    if (!l)
+    if (!l && across) /* claims prove a same-host token: kernel TCP */
+        atomic_fetch_add(&sov_g.tp_kernel, 1);
+    else if (!l)
         accepted_elsewhere(fd, nfd, (struct sockaddr *)&peer, flags & SOCK_NONBLOCK);
     else if (sov_tp_accept(l, nfd, (struct sockaddr *)&peer, flags & SOCK_NONBLOCK, false) != 0)
         atomic_fetch_add(&sov_g.tp_kernel, 1);
@@ -476,6 +523,8 @@ PRELOAD_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, in
 
 PRELOAD_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *addrlen)
 {
+    if (from_fabric(__builtin_return_address(0)))
+        return real.accept4(fd, addr, addrlen, 0);
     return accept4(fd, addr, addrlen, 0);
 }
 
@@ -497,6 +546,8 @@ static int local_address(int fd, struct sockaddr_storage *local)
 PRELOAD_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 {
     preload_ready();
+    if (from_fabric(__builtin_return_address(0)))
+        return real.connect(fd, addr, addrlen);
     int domain = 0;
     struct sockaddr_storage local;
     struct sov_sock *s = NULL;
@@ -504,7 +555,8 @@ PRELOAD_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t addrle
                (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) &&
                tcp_stream(fd, &domain) && addr->sa_family == domain;
     bool too_short = false; /* shortconn.c */
-    if (tcp && sov_addr_port(addr) != 0 && sov_addr_is_local(addr, addrlen) &&
+    if (tcp && sov_addr_port(addr) != 0 &&
+        (sov_addr_is_local(addr, addrlen) || sov_tp_host_worth_trying(addr)) &&
         !preload_io_uring_check() && !(too_short = !sov_tp_worth_carrying(addr))) {
         int saved = errno;
         if (local_address(fd, &local) != 0 ||

@@ -218,6 +218,7 @@ void sov_conn_destroy(struct sov_conn *c)
     free(c->sbuf);
     free(c->cbuf);
     free(c->early);
+    free(c->xp);
     free(c->ret);
     free(c->recvq);
     free(c);
@@ -266,6 +267,8 @@ static uint32_t packet_imm(const struct sov_conn *c, enum sov_pkt type, uint32_t
                (c->nrecv - c->cfg.window - SOV_CTRL_BUFFERS) << WAKEUP_SLOTS_SHIFT;
     if (type == PKT_REDIRECT)
         return (uint32_t)PKT_REDIRECT | extra;
+    if (type == PKT_XAUTH)
+        return (uint32_t)PKT_XAUTH;
     return pkt_imm(type, c->to_ack) | extra;
 }
 
@@ -351,7 +354,7 @@ static int post(struct sov_conn *c, enum sov_pkt type, uint32_t extra, const voi
     }
     unsigned i = c->s_next++ % c->nsend;
     VIP_DESCRIPTOR *d = &c->sdesc[i];
-    bool acking = type != PKT_WAKEUP && type != PKT_REDIRECT;
+    bool acking = type != PKT_WAKEUP && type != PKT_REDIRECT && type != PKT_XAUTH;
     uint32_t acks = acking ? c->to_ack : 0;
     d->CS.Status = 0;
     d->CS.Length = 0;

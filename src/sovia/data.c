@@ -63,6 +63,11 @@ static int repost(struct sov_conn *c, unsigned i)
     return 0;
 }
 
+int sov_conn_repost(struct sov_conn *c, unsigned i)
+{
+    return repost(c, i);
+}
+
 static void repost_and_ack(struct sov_conn *c, unsigned i)
 {
     if (repost(c, i) != 0 || c->peer_mig == PMIG_ENDED)
@@ -170,8 +175,13 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
         sov_conn_abort(c);
         return;
     }
+    if (type == PKT_XAUTH) { /* sovia run across hosts: a proof (xhost.c) */
+        sov_xhost_packet(c, d, (unsigned)i);
+        return;
+    }
     if (type == PKT_WAKEUP) {
-        if (sov_conn_wakeup(c, d) != 0) {
+        /* Across hosts, no pairing before the proof is complete. */
+        if (!sov_xhost_may_wake(c) || sov_conn_wakeup(c, d) != 0) {
             sov_conn_abort(c);
         } else if (c->tentative) { /* sovia run: the server paired us; confirm */
             c->tentative = false;

@@ -20,6 +20,10 @@
 int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *local,
                           const struct sockaddr *peer, uint32_t ticket)
 {
+    /* Across hosts (a fabric NIC with a cluster key) the proof stands
+     * for the token, which cannot cross hosts (xhost.c). */
+    if (sov_xhost_on())
+        return ticket ? -ECONNREFUSED : sov_xhost_connect(c, local, peer);
     /* Whose VI listener: the user of the TCP listener we connect to, or,
      * redirected, the user that accepted our connection (its server end's
      * owner; the listening user only names the ticket). Without socket
@@ -87,6 +91,7 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
     if (getsockname(fd, (struct sockaddr *)&own, &ol) != 0 ||
         getpeername(fd, (struct sockaddr *)&client, &cl) != 0)
         return NULL;
+    bool xhost = sov_xhost_on();
     /* Another user's client socket for this connection (its inode and
      * owner), asked once, for that user's unbound VIs. */
     uint64_t client_ino = 0;
@@ -104,7 +109,13 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
             uint16_t pport = broken ? 0 : sov_pending_port(p);
             if (!broken && pport != port && !(p->unbound && pport == 0))
                 continue;
-            if (!broken && p->unbound && p->foreign) {
+            /* Across hosts the VI names its client end, and its HELLO,
+             * checked below, proves it: one of another client's is left. */
+            if (!broken && xhost &&
+                !sov_xhost_same_client((struct sockaddr *)&own, (struct sockaddr *)&p->peer,
+                                       (struct sockaddr *)&client))
+                continue;
+            if (!broken && !xhost && p->unbound && p->foreign) {
                 /* One socket-diagnostics question per accept, not one per
                  * such VI (each of up to FOREIGN_MAX would be asked). */
                 if (!p->target_ino) {
@@ -120,16 +131,18 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
                 if (!client_ino || p->target_ino != client_ino || p->uid != client_uid)
                     continue; /* another connection's, or no proof: stays until its client goes */
             }
-            bool ours = !broken && sov_token_holds(p->token, p->uid, (struct sockaddr *)&client,
-                                                   (struct sockaddr *)&own);
-            if (!ours && !broken && p->unbound)
+            bool ours = !broken && (xhost || sov_token_holds(p->token, p->uid,
+                                                             (struct sockaddr *)&client,
+                                                             (struct sockaddr *)&own));
+            if (!ours && !broken && !xhost && p->unbound)
                 continue; /* another connection's client, not yet accepted */
             struct pending taken = sov_queue_take(l, i--);
             if (!ours) { /* gone, or claims a connection that is not its own */
                 sov_pending_drop(&taken);
                 continue;
             }
-            VipxFdClose(taken.token);
+            if (taken.token >= 0)
+                VipxFdClose(taken.token);
             c = taken.conn;
             break;
         }
@@ -164,6 +177,10 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
     pthread_mutex_unlock(&s->wait_lock);
     if (!c)
         return NULL;
+    if (xhost && sov_xhost_accept(c, fd) != 0) {
+        sov_conn_destroy(c); /* the client sees its VI go: kernel TCP */
+        return NULL;
+    }
     /* The client answers our WAKEUP with its own, which opens our window;
      * until then we are tentative too (transparent.c), and if the client
      * gave up meanwhile both ends use the kernel connection. */

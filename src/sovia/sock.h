@@ -28,6 +28,7 @@
 /* ---- Packets: type and piggybacked ACK count in the immediate data ------ */
 
 enum sov_pkt {
+    PKT_XAUTH = 0, /* sovia run across hosts: HELLO, ACCEPT or CONFIRM (xhost.c) */
     PKT_DATA = 1,
     PKT_ACK = 2,
     PKT_WAKEUP = 3,
@@ -209,6 +210,10 @@ struct sov_conn {
      * Once: a connection made by following one takes no other. */
     uint32_t redirect;
     bool redirected;
+    /* sovia run across hosts (xhost.c): where the proof of this
+     * connection stands (enum sov_xh), and what it is bound to. */
+    uint8_t xh;
+    struct sov_xproof *xp;
     /* TCP urgent data (MSG_OOB): one mark, as TCP keeps one urgent
      * pointer, a newer one replacing it. urg_ahead: unread bytes before
      * the urgent byte, which stays in recvq (read in band with
@@ -595,6 +600,44 @@ int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *loc
 struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct sockaddr *peer,
                                   uint64_t patience_ns);
 int sov_claim(int fd, const struct sockaddr *listening, uid_t owner, uint32_t ticket);
+
+/* xhost.c: sovia run across hosts (docs/ARCHITECTURE.md "Transparent mode
+ * across hosts"). On only with a fabric NIC and a cluster key
+ * (SOVIA_CLUSTER_KEY_FILE); then every carried connection pairs through
+ * the proofs of xauth.h, sent as PKT_XAUTH packets before the WAKEUPs:
+ * client HELLO, server ACCEPT (and its WAKEUP), client CONFIRM (and its
+ * WAKEUP). A WAKEUP before the proof is complete fails the connection. */
+enum sov_xh { XH_NONE, XH_CLIENT_HELLO, XH_CLIENT_OK, XH_SERVER_ACCEPTED, XH_SERVER_OK };
+bool sov_xhost_on(void); /* after sov_init */
+/* Can this process's NIC pair sovia run connections at all? shm (the
+ * token), or fabric with the key (the proofs); fabric without a key
+ * cannot prove anything: no shadow listener, no attempt. */
+bool sov_xhost_nic_pairs(void);
+/* The client's VI to `peer` and its HELLO; -ECONNREFUSED when that host
+ * does not answer as a sovia host (then remembered: sov_xpeer_refused). */
+int sov_xhost_connect(struct sov_conn *c, const struct sockaddr *local, const struct sockaddr *peer);
+/* Whether a and b name one client end, as the server `own` sees it. */
+bool sov_xhost_same_client(const struct sockaddr *own, const struct sockaddr *a,
+                           const struct sockaddr *b);
+/* Server, from accept(): the client's HELLO must prove the kernel
+ * connection `fd` (its two ends); then our ACCEPT goes. 0 or -errno (the
+ * VI is of no use then). */
+int sov_xhost_accept(struct sov_conn *c, int fd);
+/* A client's VI ended before the server's ACCEPT came: that host turned
+ * our HELLO away (another key) or dropped the VI; it is not tried again
+ * for a while (sov_xpeer_refused). */
+void sov_xhost_turned_away(const struct sov_conn *c);
+/* A PKT_XAUTH packet in receive buffer i (sov_handle_packet). */
+void sov_xhost_packet(struct sov_conn *c, VIP_DESCRIPTOR *d, unsigned i);
+/* May the peer's WAKEUP come now (no proof pending)? */
+static inline bool sov_xhost_may_wake(const struct sov_conn *c)
+{
+    return c->xh == XH_NONE || c->xh == XH_CLIENT_OK || c->xh == XH_SERVER_OK;
+}
+/* The NIC's name (VipQueryNic: "shm", "fabric:tcp"), "" before sov_init. */
+const char *sov_provider_name(void);
+/* data.c: receive buffer i posted again (no ACK owed for it). */
+int sov_conn_repost(struct sov_conn *c, unsigned i);
 void sov_listen_stop(struct sov_sock *s);
 void sov_listen_forked(struct sov_sock *s);
 struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *peer,

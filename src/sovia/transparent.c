@@ -23,7 +23,9 @@
 #include <unistd.h>
 
 #include "sock.h"
+#include "ephemeral.h"
 #include "transparent.h"
+#include "xauth.h"
 
 /* Read on first use by whichever thread settles a socket first: the
  * program's and the service thread, each under its own socket's lock, so
@@ -46,14 +48,50 @@ bool sov_tp_fd_room(void)
     return VipxFdRoom(SOV_TP_CONN_FDS);
 }
 
+/* Only a process that was given a key starts sovia for a connection to
+ * another host (the variable as first seen: nginx clears it). */
+static bool across_wanted(void)
+{
+    static _Atomic int wanted = -1;
+    int w = atomic_load_explicit(&wanted, memory_order_relaxed);
+    if (w < 0) {
+        w = getenv("SOVIA_CLUSTER_KEY_FILE") != NULL;
+        atomic_store_explicit(&wanted, w, memory_order_relaxed);
+    }
+    return w;
+}
+
+bool sov_tp_across_hosts(void)
+{
+    return across_wanted() && sov_init() == 0 && sov_xhost_on();
+}
+
+bool sov_tp_host_worth_trying(const struct sockaddr *peer)
+{
+    return sov_tp_across_hosts() && !sov_xpeer_refusing(peer, sov_now_ns());
+}
+
 int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struct sockaddr *peer,
                    bool nonblock, struct sov_sock **out)
 {
     int err = sov_init();
     if (err)
         return err;
+    if (!sov_xhost_nic_pairs())
+        return -ECONNREFUSED;
     if (!sov_tp_fd_room())
         return -EMFILE;
+    /* Across hosts (fabric) the HELLO proves the connection's four
+     * addresses, so the client port is bound now (ephemeral.c); on this
+     * host the VI names none and the kernel's connect picks it (pair.c). */
+    struct sockaddr_storage bound;
+    if (sov_xhost_on() && sov_addr_port(local) == 0) {
+        socklen_t bl = sizeof(bound);
+        if (sov_bind_ephemeral(fd, domain) != 0 ||
+            getsockname(fd, (struct sockaddr *)&bound, &bl) != 0)
+            return -EADDRNOTAVAIL;
+        local = (struct sockaddr *)&bound;
+    }
     struct sov_sock *s = sov_sock_adopt(fd, domain, nonblock);
     if (!s)
         return -ENOMEM;
@@ -141,7 +179,7 @@ int sov_tp_publish_client(struct sov_sock *s)
 struct sov_sock *sov_tp_listen(int fd, int domain, const struct sockaddr *local, int backlog,
                                uint32_t ticket)
 {
-    if (sov_init() != 0)
+    if (sov_init() != 0 || !sov_xhost_nic_pairs())
         return NULL;
     struct sov_sock *s = sov_sock_adopt(fd, domain, false);
     if (!s)
@@ -475,6 +513,7 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
          * it answered our WAKEUP). Its end, if any, is the kernel
          * connection's: the peer's kernel sent FIN or RST there. */
         if (c->reset || c->peer_gone) {
+            sov_xhost_turned_away(c); /* across hosts: before its ACCEPT */
             fall_back(s);
             return SOV_TP_FELL_BACK;
         }

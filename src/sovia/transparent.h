@@ -25,6 +25,14 @@ enum sov_tp_state { SOV_TP_PAIRED, SOV_TP_PENDING, SOV_TP_FELL_BACK };
  * connection stays on kernel TCP at once (docs/SOCKETS.md). */
 bool sov_tp_fd_room(void);
 
+/* sovia run across hosts is on (a fabric NIC and SOVIA_CLUSTER_KEY_FILE's
+ * key, xhost.c): a connection to another host's address is tried too,
+ * and every carried connection pairs through the cluster key's proofs. */
+bool sov_tp_across_hosts(void);
+/* ... and `peer`'s host is worth a try: not one that refused lately (a
+ * look-up: no VI is made for a host that does not run sovia). */
+bool sov_tp_host_worth_trying(const struct sockaddr *peer);
+
 /* Client: a tentative sovia connection from `local` (the kernel socket's
  * bound address) to `peer`, before the kernel connect. -ECONNREFUSED when
  * no sovia listener has that port, -EMFILE without sov_tp_fd_room. */
