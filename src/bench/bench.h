@@ -21,7 +21,7 @@ enum {
 };
 
 enum bench_mode { BENCH_LAT, BENCH_BW, BENCH_SWEEP, BENCH_IDLE, BENCH_WAKE, BENCH_RR, BENCH_CONNS,
-                  BENCH_CONNRATE };
+                  BENCH_CONNRATE, BENCH_EPOLL };
 
 struct bench_params {
     enum bench_mode mode;
@@ -39,7 +39,8 @@ struct bench_params {
     bool threads;
     double warmup; /* < 0: the default */
     const char *rr_worker; /* the sovia-rr executable (libc transports) */
-    unsigned long count;   /* conns: connections held at once */
+    unsigned long count;   /* conns, epoll: connections held at once */
+    unsigned long active;  /* epoll: connections busy at once (0: 1 % of count) */
     unsigned clients;      /* connrate: client processes */
 };
 

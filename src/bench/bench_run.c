@@ -53,6 +53,7 @@ static int drive(const struct bench_transport *t, void *ep, const struct bench_p
     case BENCH_RR:
     case BENCH_CONNS:
     case BENCH_CONNRATE:
+    case BENCH_EPOLL:
         break; /* bench_run_wake / _rr / _conns, before any transport */
     case BENCH_IDLE: {
         struct bench_idle_sample s;
@@ -95,7 +96,7 @@ int bench_run(const struct bench_params *p)
         return bench_run_wake(p);
     if (p->mode == BENCH_RR)
         return bench_run_rr(p);
-    if (p->mode == BENCH_CONNS || p->mode == BENCH_CONNRATE)
+    if (p->mode == BENCH_CONNS || p->mode == BENCH_CONNRATE || p->mode == BENCH_EPOLL)
         return bench_run_conns(p);
     if (!t) {
         fprintf(stderr, "sovia bench: unknown transport '%s' (see sovia bench --help)\n",

@@ -28,9 +28,12 @@
 
 #include "rr.h"
 
+#include <pthread.h>
+
 #define CONN_PING 16 /* bytes each way per exchange */
 #define CONN_MAX_COUNT BENCH_CONNS_MAX_COUNT
 #define CONN_RATE_DRAIN_S 1.0
+#define EP_SIZE 64 /* epoll: bytes each way per transaction */
 #define CONN_RESULT_MAGIC 0x636f6e6e2d726531ull /* "conn-re1" */
 
 /* This process's resources (/proc/self): descriptors, mappings, shared
@@ -52,5 +55,29 @@ struct conn_result {
 };
 
 int conn_usage_read(struct conn_usage *u);
+
+/* conn_worker.c, for the workers: "ready pPORT\n" for a listener at
+ * 127.0.0.1 (its fd, or -1); the bytes of exchange i; a whole send and an
+ * exact, checked receive (len <= CONN_MAX_MSG) that wait up to 30 s for
+ * room or data; 0 or -1 with errno. */
+#define CONN_MAX_MSG 256
+int conn_listen_ready(int backlog, struct rr_addr *a);
+void conn_pattern(unsigned char *b, size_t len, uint64_t i);
+int conn_send_all(int fd, const unsigned char *b, size_t len);
+int conn_recv_check(int fd, const unsigned char *want, size_t len);
+
+/* A server's start: "ready pPORT\n", accepts count connections, and serves
+ * them (echoes of `size` bytes) in one epoll loop on a thread of its own
+ * (tid) until the client has closed them all. 0, or -1 (said on stderr). */
+struct conn_echo {
+    struct rr_thread t;
+    pthread_t tid;
+    int rc;
+};
+int conn_echo_start(struct conn_echo *e, long count, size_t size, const char *who);
+
+/* ep_worker.c: the workers of `sovia bench epoll` (argv[1] ep-server,
+ * ep-client; the protocol is there). */
+int ep_worker_main(int argc, char **argv);
 
 #endif /* SOVIA_CONN_H */

@@ -1,6 +1,7 @@
 /*
- * conn_run.c - `sovia bench conns` and `sovia bench connrate` (conn.h): the
- * worker processes started, told when to go, and their results printed.
+ * conn_run.c - `sovia bench conns`, `connrate` (conn.h) and `epoll`
+ * (ep_worker.c): the worker processes started, told when to go, and their
+ * results printed.
  * tcp runs the worker program as it is; preload runs it under the preload
  * library (the environment `sovia run` gives, set by the tool).
  */
@@ -192,16 +193,39 @@ static void out_conns(const struct bench_params *p, const struct conn_result *cl
     fflush(stdout);
 }
 
-static int read_result(struct rr_proc *pr, const char *who, struct conn_result *r,
-                       double deadline)
+/* A worker's result (len bytes, its magic first) by the deadline. */
+static int read_result(struct rr_proc *pr, const char *mode, const char *who, void *r,
+                       size_t len, uint64_t magic, double deadline)
 {
-    if (rr_read_by(pr->res, r, sizeof *r, false, deadline) < 0)
-        return rr_report_error("conns", who, 0, "result");
-    if (r->magic != CONN_RESULT_MAGIC) {
+    uint64_t got;
+
+    if (rr_read_by(pr->res, r, len, false, deadline) < 0)
+        return rr_report_error(mode, who, 0, "result");
+    memcpy(&got, r, sizeof got);
+    if (got != magic) {
         errno = EPROTO;
-        return rr_report_error("conns", who, 0, "result");
+        return rr_report_error(mode, who, 0, "result");
     }
     return 0;
+}
+
+/* The client and the server reaped, and what each carried (into *k). */
+static int reap_pair(struct rr_proc *cli, struct rr_proc *srv, const char *mode, int rc,
+                     struct carried *c, struct conns_carried *k)
+{
+    pid_t cpid = cli->pid, spid = srv->pid;
+
+    if (rr_proc_reap(cli, mode, "client", 0, rc == 0) != 0)
+        rc = -1;
+    if (rr_proc_reap(srv, mode, "server", 0, rc == 0) != 0)
+        rc = -1;
+    if (c->on) {
+        k->known = true;
+        carried_sum(c, &cpid, 1, &k->cli, &k->cli_not);
+        carried_sum(c, &spid, 1, &k->srv, &k->srv_not);
+    }
+    carried_end(c);
+    return rc;
 }
 
 static int run_conns(const struct bench_params *p)
@@ -219,7 +243,6 @@ static int run_conns(const struct bench_params *p)
     uint64_t close_ns = 0;
     struct conns_carried k = {false, 0, 0, 0, 0};
     struct carried c;
-    pid_t cpid = -1, spid = -1;
     int rc = -1;
 
     if (!res)
@@ -236,13 +259,15 @@ static int run_conns(const struct bench_params *p)
         rr_report_error("conns", "client", 0, "start");
         goto out;
     }
-    if (read_result(&cli, "client", &res[0], bench_now() + deadline) != 0)
+    if (read_result(&cli, "conns", "client", &res[0], sizeof res[0], CONN_RESULT_MAGIC,
+                    bench_now() + deadline) != 0)
         goto out;
     if (write(srv.ctl, "sample\n", 7) != 7) {
         rr_report_error("conns", "server", 0, "sample");
         goto out;
     }
-    if (read_result(&srv, "server", &res[1], bench_now() + SETUP_TIMEOUT_S) != 0)
+    if (read_result(&srv, "conns", "server", &res[1], sizeof res[1], CONN_RESULT_MAGIC,
+                    bench_now() + SETUP_TIMEOUT_S) != 0)
         goto out;
     if (write(cli.ctl, "close\n", 6) != 6 ||
         rr_read_by(cli.res, &close_ns, sizeof close_ns, false, bench_now() + deadline) < 0) {
@@ -251,18 +276,7 @@ static int run_conns(const struct bench_params *p)
     }
     rc = 0;
 out:
-    cpid = cli.pid;
-    spid = srv.pid;
-    if (rr_proc_reap(&cli, "conns", "client", 0, rc == 0) != 0)
-        rc = -1;
-    if (rr_proc_reap(&srv, "conns", "server", 0, rc == 0) != 0)
-        rc = -1;
-    if (c.on) {
-        k.known = true;
-        carried_sum(&c, &cpid, 1, &k.cli, &k.cli_not);
-        carried_sum(&c, &spid, 1, &k.srv, &k.srv_not);
-    }
-    carried_end(&c);
+    rc = reap_pair(&cli, &srv, "conns", rc, &c, &k);
     if (rc == 0)
         out_conns(p, &res[0], &res[1], close_ns, &k, p->json);
     else
@@ -402,9 +416,114 @@ out:
     return rc == 0 ? BENCH_EXIT_OK : BENCH_EXIT_FAIL;
 }
 
+/* ---- epoll ---------------------------------------------------------------- */
+
+static void out_epoll(const struct bench_params *p, const struct rr_result *cli,
+                      const struct rr_result *srv, double warmup, double load,
+                      const struct conns_carried *k, bool json)
+{
+    uint64_t tx = cli->tx_window;
+    double tps = (double)tx / p->seconds, p50 = rr_hist_quantile(&cli->lat, 0.5) / 1e3,
+           p99 = rr_hist_quantile(&cli->lat, 0.99) / 1e3,
+           p999 = rr_hist_quantile(&cli->lat, 0.999) / 1e3, max = (double)cli->lat.max_ns / 1e3;
+    int64_t scpu = (int64_t)((srv->cpu_user_ns[1] - srv->cpu_user_ns[0]) +
+                             (srv->cpu_sys_ns[1] - srv->cpu_sys_ns[0])),
+            ccpu = (int64_t)((cli->cpu_user_ns[1] - cli->cpu_user_ns[0]) +
+                             (cli->cpu_sys_ns[1] - cli->cpu_sys_ns[0]));
+    double s_us = per(scpu, tx) / 1e3, c_us = per(ccpu, tx) / 1e3;
+
+    if (json) {
+        printf("{\"mode\":\"epoll\",\"transport\":\"%s\",\"count\":%lu,\"active\":%lu,"
+               "\"size\":%d,\"seconds\":%.6g,\"warmup\":%.6g,\"cpus\":%d,\"load_1m\":%.3g,"
+               "\"tx\":%" PRIu64 ",\"tps\":%.6g,\"p50_us\":%.6g,\"p99_us\":%.6g,"
+               "\"p999_us\":%.6g,\"max_us\":%.6g,\"unanswered\":%" PRIu64
+               ",\"server_cpu_us_per_tx\":%.6g,\"client_cpu_us_per_tx\":%.6g",
+               p->transport, p->count, p->active, EP_SIZE, p->seconds, warmup, rr_count_cpus(),
+               load, tx, tps, p50, p99, p999, max, cli->unanswered, s_us, c_us);
+        if (k->known)
+            printf(",\"carried\":{\"client\":%" PRIu64 ",\"server\":%" PRIu64
+                   ",\"client_kernel\":%" PRIu64 ",\"server_kernel\":%" PRIu64 "}",
+                   k->cli, k->srv, k->cli_not, k->srv_not);
+        printf("}\n");
+    } else {
+        printf("%-10s %7s %6s %10s %8s %8s %9s %9s %13s\n", "transport", "conns", "active",
+               "tps", "p50 us", "p99 us", "max us", "srv us/tx", "client us/tx");
+        printf("%-10s %7lu %6lu %10.0f %8.1f %8.1f %9.1f %9.2f %13.2f\n", p->transport,
+               p->count, p->active, tps, p50, p99, max, s_us, c_us);
+        printf("%d bytes each way; %.3g s counted after %.3g s of warm-up; %" PRIu64
+               " unanswered; %d CPUs, load average %.2f at the start\n",
+               EP_SIZE, p->seconds, warmup, cli->unanswered, rr_count_cpus(), load);
+        if (k->known)
+            printf("carried by sovia: client %" PRIu64 ", server %" PRIu64
+                   " (on kernel TCP: %" PRIu64 ", %" PRIu64 ")\n",
+                   k->cli, k->srv, k->cli_not, k->srv_not);
+    }
+    fflush(stdout);
+}
+
+static int run_epoll(const struct bench_params *p)
+{
+    struct rr_proc srv = {-1, -1, -1}, cli = {-1, -1, -1};
+    struct rr_result *res = calloc(2, sizeof *res); /* client, server */
+    double warmup = p->warmup >= 0 ? p->warmup : p->seconds / 2 < 0.5 ? p->seconds / 2 : 0.5;
+    double setup = (double)p->count / 500.0 + 60.0, load[1] = {0};
+    char count[24], active[24], addr[32], go[96], line[16];
+    char *sargv[] = {(char *)p->rr_worker, "ep-server", "--count", count, NULL};
+    char *cargv[] = {(char *)p->rr_worker, "ep-client", "--count", count, "--active", active,
+                     addr, NULL};
+    struct conns_carried k = {false, 0, 0, 0, 0};
+    struct carried c;
+    int64_t start, warm, end;
+    int rc = -1, len;
+
+    if (!res)
+        return BENCH_EXIT_FAIL;
+    carried_begin(&c, p);
+    snprintf(count, sizeof count, "%lu", p->count);
+    snprintf(active, sizeof active, "%lu", p->active);
+    if (rr_proc_spawn(&srv, p->rr_worker, sargv, NULL, NULL) != 0) {
+        rr_report_error("epoll", "server", 0, "start");
+        goto out;
+    }
+    if (read_ready(&srv, "epoll", addr, sizeof addr) != 0)
+        goto out;
+    if (rr_proc_spawn(&cli, p->rr_worker, cargv, NULL, NULL) != 0 ||
+        rr_read_by(cli.res, line, sizeof line, true, bench_now() + setup) < 0 ||
+        strcmp(line, "ready") != 0) {
+        rr_report_error("epoll", "client", 0, "connections");
+        goto out;
+    }
+    getloadavg(load, 1);
+    start = rr_now_ns() + START_DELAY_NS;
+    warm = start + (int64_t)(warmup * 1e9);
+    end = warm + (int64_t)(p->seconds * 1e9);
+    len = snprintf(go, sizeof go, "go %lld %lld %lld\n", (long long)start, (long long)warm,
+                   (long long)end);
+    if (write(srv.ctl, go, (size_t)len) != len || write(cli.ctl, go, (size_t)len) != len) {
+        rr_report_error("epoll", "worker", 0, "start");
+        goto out;
+    }
+    if (read_result(&cli, "epoll", "client", &res[0], sizeof res[0], RR_RESULT_MAGIC,
+                    (double)end / 1e9 + RESULT_MARGIN_S + setup) != 0 ||
+        read_result(&srv, "epoll", "server", &res[1], sizeof res[1], RR_RESULT_MAGIC,
+                    bench_now() + setup) != 0)
+        goto out;
+    rc = 0;
+out:
+    rc = reap_pair(&cli, &srv, "epoll", rc, &c, &k);
+    if (rc == 0)
+        out_epoll(p, &res[0], &res[1], warmup, load[0], &k, p->json);
+    else
+        fprintf(stderr, "sovia bench epoll: %s: run failed\n", p->transport);
+    free(res);
+    return rc == 0 ? BENCH_EXIT_OK : BENCH_EXIT_FAIL;
+}
+
 int bench_run_conns(const struct bench_params *p)
 {
-    const char *mode = p->mode == BENCH_CONNS ? "conns" : "connrate";
+    const char *mode = p->mode == BENCH_CONNS ? "conns"
+                       : p->mode == BENCH_EPOLL ? "epoll"
+                                                : "connrate";
     void (*old_pipe)(int);
     int rc = check(p, mode);
 
@@ -412,7 +531,9 @@ int bench_run_conns(const struct bench_params *p)
         return rc;
     /* A worker that dies must not take this process with it. */
     old_pipe = signal(SIGPIPE, SIG_IGN);
-    rc = p->mode == BENCH_CONNS ? run_conns(p) : run_connrate(p);
+    rc = p->mode == BENCH_CONNS   ? run_conns(p)
+         : p->mode == BENCH_EPOLL ? run_epoll(p)
+                                  : run_connrate(p);
     signal(SIGPIPE, old_pipe);
     return rc;
 }

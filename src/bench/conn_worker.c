@@ -83,7 +83,7 @@ static int parse_count(int argc, char **argv, int *i, long *count)
 }
 
 /* "ready pPORT\n" for a listener at 127.0.0.1, any port. */
-static int listen_ready(int backlog, struct rr_addr *a)
+int conn_listen_ready(int backlog, struct rr_addr *a)
 {
     char line[64];
     int lfd, len;
@@ -116,14 +116,18 @@ static int wait_fd(int fd, short events)
     return r > 0 ? 0 : -1;
 }
 
-/* One exchange's bytes for connection i. */
-static void pattern(unsigned char *b, uint64_t i)
+void conn_pattern(unsigned char *b, size_t len, uint64_t i)
 {
-    for (int k = 0; k < CONN_PING; k++)
+    for (size_t k = 0; k < len; k++)
         b[k] = (unsigned char)(i * 131u + (uint64_t)k * 7u + 1u);
 }
 
-static int send_all(int fd, const unsigned char *b, size_t len)
+static void pattern(unsigned char *b, uint64_t i)
+{
+    conn_pattern(b, CONN_PING, i);
+}
+
+int conn_send_all(int fd, const unsigned char *b, size_t len)
 {
     size_t off = 0;
 
@@ -142,11 +146,15 @@ static int send_all(int fd, const unsigned char *b, size_t len)
     return 0;
 }
 
-/* Reads exactly len bytes and checks them against want. */
-static int recv_check(int fd, const unsigned char *want, size_t len)
+int conn_recv_check(int fd, const unsigned char *want, size_t len)
 {
-    unsigned char b[CONN_PING];
+    unsigned char b[CONN_MAX_MSG];
     size_t off = 0;
+
+    if (len > sizeof b) {
+        errno = EINVAL;
+        return -1;
+    }
 
     while (off < len) {
         ssize_t n = recv(fd, b + off, len - off, MSG_DONTWAIT);
@@ -191,44 +199,47 @@ static int recv_end(int fd)
 
 /* ---- conns ------------------------------------------------------------- */
 
-struct echo {
-    struct rr_thread t;
-    int rc;
-};
-
 static void *echo_main(void *arg)
 {
-    struct echo *e = arg;
+    struct conn_echo *e = arg;
     e->rc = rr_server_loop(&e->t);
     return NULL;
+}
+
+int conn_echo_start(struct conn_echo *e, long count, size_t size, const char *who)
+{
+    struct rr_addr a;
+    int lfd;
+
+    *e = (struct conn_echo){.t = {.ops = &rr_libc_ops, .nconns = (int)count, .size = size}};
+    e->t.fds = calloc((size_t)count, sizeof(int));
+    if (!e->t.fds)
+        return -1;
+    lfd = conn_listen_ready(count < 4096 ? (int)count : 4096, &a);
+    if (lfd < 0)
+        return -1;
+    for (long i = 0; i < count; i++) {
+        e->t.fds[i] = rr_accept(&rr_libc_ops, lfd, AF_INET);
+        if (e->t.fds[i] < 0) {
+            fprintf(stderr, "sovia-rr %s server: accept %ld of %ld: %s\n", who, i + 1, count,
+                    strerror(errno));
+            return -1;
+        }
+    }
+    close(lfd);
+    return pthread_create(&e->tid, NULL, echo_main, e) == 0 ? 0 : -1;
 }
 
 static int conns_server(long count)
 {
     struct conn_result *res = calloc(1, sizeof *res);
-    struct echo e = {.t = {.ops = &rr_libc_ops, .nconns = (int)count, .size = CONN_PING}};
-    struct rr_addr a;
-    pthread_t tid;
+    struct conn_echo e;
     char line[32];
-    int lfd;
 
-    e.t.fds = calloc((size_t)count, sizeof(int));
-    if (!res || !e.t.fds)
+    if (!res)
         return 1;
     conn_usage_read(&res->before);
-    lfd = listen_ready(count < 4096 ? (int)count : 4096, &a);
-    if (lfd < 0)
-        return 1;
-    for (long i = 0; i < count; i++) {
-        e.t.fds[i] = rr_accept(&rr_libc_ops, lfd, AF_INET);
-        if (e.t.fds[i] < 0) {
-            fprintf(stderr, "sovia-rr conns server: accept %ld of %ld: %s\n", i + 1, count,
-                    strerror(errno));
-            return 1;
-        }
-    }
-    close(lfd);
-    if (pthread_create(&tid, NULL, echo_main, &e) != 0)
+    if (conn_echo_start(&e, count, CONN_PING, "conns") != 0)
         return 1;
     if (rr_read_line(line, sizeof line) != 0 || strcmp(line, "sample") != 0)
         return 1;
@@ -237,7 +248,7 @@ static int conns_server(long count)
                                 .count = (uint64_t)count, .before = res->before,
                                 .after = res->after};
     int rc = rr_write_all(1, res, sizeof *res) == 0 ? 0 : 1;
-    pthread_join(tid, NULL); /* the loop closed the connections */
+    pthread_join(e.tid, NULL); /* the loop closed the connections */
     free(e.t.fds);
     free(res);
     return rc == 0 && e.rc == 0 ? 0 : 1;
@@ -276,12 +287,12 @@ static int conns_client(long count, const char *addr)
      * serves them as they come. */
     for (long i = 0; i < count; i++) {
         pattern(b, (uint64_t)i);
-        if (send_all(fds[i], b, sizeof b) != 0)
+        if (conn_send_all(fds[i], b, sizeof b) != 0)
             goto io_error;
     }
     for (long i = 0; i < count; i++) {
         pattern(b, (uint64_t)i);
-        if (recv_check(fds[i], b, sizeof b) != 0) {
+        if (conn_recv_check(fds[i], b, sizeof b) != 0) {
             fprintf(stderr, "sovia-rr conns client: exchange on connection %ld: %s\n", i + 1,
                     strerror(errno));
             return 1;
@@ -358,7 +369,7 @@ static void rate_serve(struct rate_srv *s, struct rate_conn *c, int fd)
             if (c->off < CONN_PING)
                 continue;
             c->off = 0;
-            if (send_all(fd, c->buf, CONN_PING) == 0)
+            if (conn_send_all(fd, c->buf, CONN_PING) == 0)
                 s->echoes++;
         } else if (n < 0 && errno == EINTR) {
             continue;
@@ -411,7 +422,7 @@ static int rate_server(void)
 
     if (!res)
         return 1;
-    s.lfd = listen_ready(1024, &a);
+    s.lfd = conn_listen_ready(1024, &a);
     s.ep = epoll_create1(EPOLL_CLOEXEC);
     if (s.lfd < 0 || s.ep < 0 || fcntl(s.lfd, F_SETFL, O_NONBLOCK) != 0)
         return 1;
@@ -457,7 +468,7 @@ static void *rate_client_main(void *arg)
     for (int64_t t0 = rr_now_ns(); t0 < c->m.end_ns; t0 = rr_now_ns(), i++) {
         int fd = rr_connect(&rr_libc_ops, &c->a);
         pattern(b, i);
-        if (fd < 0 || send_all(fd, b, sizeof b) != 0 || recv_check(fd, b, sizeof b) != 0 ||
+        if (fd < 0 || conn_send_all(fd, b, sizeof b) != 0 || conn_recv_check(fd, b, sizeof b) != 0 ||
             recv_end(fd) != 0) {
             fprintf(stderr, "sovia-rr rate client: connection %llu: %s\n",
                     (unsigned long long)i + 1, strerror(errno));
@@ -507,6 +518,8 @@ int conn_worker_main(int argc, char **argv, const struct rr_ops *ops)
         fprintf(stderr, "sovia-rr: %s runs over libc only\n", role);
         return 2;
     }
+    if (strncmp(role, "ep-", 3) == 0)
+        return ep_worker_main(argc, argv);
     if (parse_count(argc, argv, &i, &count) != 0) {
         fprintf(stderr, "sovia-rr: %s: bad --count\n", role);
         return 2;

@@ -265,7 +265,8 @@ int rr_worker_main(int argc, char **argv, const struct rr_ops *ops)
     struct rr_marks m = {0, 0, 0, 0};
     int rc, started = 0;
 
-    if (argc >= 2 && (strncmp(argv[1], "conns-", 6) == 0 || strncmp(argv[1], "rate-", 5) == 0))
+    if (argc >= 2 && (strncmp(argv[1], "conns-", 6) == 0 || strncmp(argv[1], "rate-", 5) == 0 ||
+                      strncmp(argv[1], "ep-", 3) == 0))
         return conn_worker_main(argc, argv, ops);
     rc = parse(argc, argv, &o);
     if (rc != 0)

@@ -216,6 +216,7 @@ static int ucx_run_external(const struct bench_params *p)
     case BENCH_RR:
     case BENCH_CONNS:
     case BENCH_CONNRATE:
+    case BENCH_EPOLL:
         break; /* bench_run_wake / bench_run_rr, before any transport */
     }
     return BENCH_EXIT_USAGE;

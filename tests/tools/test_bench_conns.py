@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration test of `sovia bench conns` and `sovia bench connrate`: help
+"""Integration test of `sovia bench conns`, `connrate` and `epoll`: help
 and usage errors; a small run of each transport checking the JSON fields
 and what they must say (tcp: one descriptor and no shared memory per
 connection; every exchange answered); that `preload` really carried every
@@ -22,6 +22,9 @@ SIDE_KEYS = {"fds", "maps", "shm_mapped_kib", "shm_resident_kib", "rss_kib", "fd
              "rss_kib_per_conn"}
 CONNS_KEYS = {"mode", "transport", "count", "setup_s", "connect_us_per_conn", "connect_p50_us",
               "connect_p99_us", "ping_us_per_conn", "close_us_per_conn", "client", "server"}
+EPOLL_KEYS = {"mode", "transport", "count", "active", "size", "seconds", "warmup", "cpus",
+              "load_1m", "tx", "tps", "p50_us", "p99_us", "p999_us", "max_us", "unanswered",
+              "server_cpu_us_per_tx", "client_cpu_us_per_tx"}
 RATE_KEYS = {"mode", "transport", "clients", "seconds", "warmup", "cpus", "load_1m", "conns",
              "conns_per_s", "p50_us", "p99_us", "max_us", "cpu_us_per_conn"}
 
@@ -55,7 +58,8 @@ class Usage(unittest.TestCase):
         self.assertEqual(rc, 0)
         self.assertIn("  conns ", out)
         self.assertIn("  connrate ", out)
-        for mode in ("conns", "connrate"):
+        self.assertIn("  epoll ", out)
+        for mode in ("conns", "connrate", "epoll"):
             rc, out, _ = run("bench", mode, "--help")
             self.assertEqual(rc, 0)
             self.assertIn("--transport T", out)
@@ -63,7 +67,10 @@ class Usage(unittest.TestCase):
     def test_errors(self):
         for args in (["conns", "--transport", "tcp"], ["conns", "--count", "3"],
                      ["conns", "--transport", "tcp", "--count", "0"],
-                     ["connrate", "--transport", "tcp", "--clients", "65"]):
+                     ["connrate", "--transport", "tcp", "--clients", "65"],
+                     ["epoll", "--transport", "tcp"],
+                     ["epoll", "--transport", "tcp", "--count", "5", "--active", "6"],
+                     ["epoll", "--transport", "tcp", "--count", "5", "--active", "0"]):
             rc, _, err = run("bench", *args)
             self.assertEqual(rc, 2, args)
             self.assertIn("sovia bench", err)
@@ -185,6 +192,34 @@ class ConnRate(unittest.TestCase):
             self.assertEqual((server["carried"], server["kernel"], server["short"]),
                              (client["carried"], client["kernel"], 0), recs)
             self.assertGreater(r["conns"], 0)
+
+
+class Epoll(unittest.TestCase):
+    def test_tcp_and_preload(self):
+        count, active = 60, 3
+        for transport in ("tcp", "preload"):
+            with self.subTest(transport=transport), tempfile.TemporaryDirectory() as d:
+                log = os.path.join(d, "stat.json")
+                r = bench("epoll", "--transport", transport, "--count", str(count), "--active",
+                          str(active), "--seconds", "0.3", "--warmup", "0.1", log=log)
+                recs = records(log)
+                self.assertEqual(set(r), EPOLL_KEYS)
+                self.assertEqual((r["mode"], r["transport"], r["count"], r["active"], r["size"]),
+                                 ("epoll", transport, count, active, 64))
+                self.assertGreater(r["tx"], 0)
+                self.assertAlmostEqual(r["tps"], r["tx"] / r["seconds"], delta=1)
+                self.assertEqual(r["unanswered"], 0)
+                self.assertLessEqual(r["p50_us"], r["p99_us"] * 1.02)
+                if transport == "tcp":
+                    self.assertEqual(recs, [])
+                    continue
+                # Every connection carried both ways; the first exchange on
+                # each and every counted transaction went over sovia.
+                self.assertEqual(len(recs), 2, recs)
+                for rec in recs:
+                    self.assertEqual((rec["carried"], rec["fell_back"], rec["kernel"]),
+                                     (count, 0, 0), rec)
+                    self.assertGreaterEqual(rec["bytes_sent"], 64 * (count + r["tx"]), rec)
 
 
 if __name__ == "__main__":

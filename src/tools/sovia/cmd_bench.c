@@ -1,6 +1,6 @@
 /*
- * cmd_bench.c - `sovia bench lat|bw|sweep|idle|wake|rr|conns|connrate`: parse the command
- * line into a bench_params and hand it to the bench library.
+ * cmd_bench.c - `sovia bench lat|bw|sweep|idle|wake|rr|conns|connrate|epoll`:
+ * parse the command line into a bench_params and hand it to the bench library.
  */
 #include "cli.h"
 
@@ -16,7 +16,7 @@
 enum { OPT_TRANSPORT = 't', OPT_SIZE = 's', OPT_ITERS = 'n', OPT_SECONDS = 'S',
        OPT_MAX_SIZE = 'm', OPT_JSON = 'j', OPT_CONFIG = 'c', OPT_SAME_CPU = 'C',
        OPT_HELP = 'h', OPT_PAIRS = 'P', OPT_CONNS = 'K', OPT_THREADS = 'T', OPT_WARMUP = 'W',
-       OPT_COUNT = 'N', OPT_CLIENTS = 'L' };
+       OPT_COUNT = 'N', OPT_CLIENTS = 'L', OPT_ACTIVE = 'A' };
 
 #define O_TRANSPORT {"transport", required_argument, NULL, OPT_TRANSPORT}
 #define O_SIZE {"size", required_argument, NULL, OPT_SIZE}
@@ -53,6 +53,11 @@ static const struct option connrate_opts[] = {
     O_TRANSPORT, {"seconds", required_argument, NULL, OPT_SECONDS},
     {"warmup", required_argument, NULL, OPT_WARMUP},
     {"clients", required_argument, NULL, OPT_CLIENTS}, O_JSON, O_HELP, O_END};
+static const struct option epoll_opts[] = {
+    O_TRANSPORT, {"count", required_argument, NULL, OPT_COUNT},
+    {"active", required_argument, NULL, OPT_ACTIVE},
+    {"seconds", required_argument, NULL, OPT_SECONDS},
+    {"warmup", required_argument, NULL, OPT_WARMUP}, O_JSON, O_HELP, O_END};
 
 /* The --config lines of every mode's help. */
 #define HELP_CONFIG                                                                           \
@@ -240,6 +245,33 @@ static const struct bench_mode_desc modes[] = {
      "                 cpu_us_per_conn; preload: carried, kernel (the clients'\n"
      "                 connections, as for conns)\n",
      connrate_opts},
+    {"epoll", BENCH_EPOLL, "many connections, few busy, through one epoll server",
+     "usage: sovia bench epoll --transport T --count N [--active A] [--seconds D]\n"
+     "                         [--warmup W] [--json]\n"
+     "\n"
+     "A client process opens N connections to a server process, which serves\n"
+     "them all from one thread in one level-triggered epoll set, as a typical\n"
+     "event loop does; one checked exchange goes over every connection first.\n"
+     "Then A of them are busy at a time: the client keeps one request of 64\n"
+     "bytes outstanding on each (one poll() loop), the server echoes it, and\n"
+     "after each answer that slot moves on to another connection (slot j uses\n"
+     "j, j+A, j+2A, ...), so which ones are busy keeps changing; the rest are\n"
+     "idle. Both processes raise their soft RLIMIT_NOFILE to the hard limit.\n"
+     "\n"
+     "Reports transactions per second, their latency (p50, p99, max; from the\n"
+     "request's send to the whole answer) and the CPU microseconds per\n"
+     "transaction of the server and of the client.\n"
+     "\n"
+     "  --transport T  tcp, or preload (as for conns)\n"
+     "  --count N      connections (1 to 1000000)\n"
+     "  --active A     connections busy at once (default 1 % of N, at least 1)\n"
+     "  --seconds D    counted time (default 3)\n"
+     "  --warmup W     uncounted time before it (default 0.5, or D/2 if less)\n"
+     "  --json         one JSON object: mode, transport, count, active, size,\n"
+     "                 seconds, warmup, cpus, load_1m, tx, tps, p50_us, p99_us,\n"
+     "                 p999_us, max_us, unanswered, server_cpu_us_per_tx,\n"
+     "                 client_cpu_us_per_tx; preload: carried (as for conns)\n",
+     epoll_opts},
 };
 
 #define NMODES (sizeof modes / sizeof modes[0])
@@ -249,7 +281,7 @@ static void bench_usage(FILE *f)
     const char *const *names = bench_transport_names();
     const char *const *labels = bench_config_labels();
 
-    fprintf(f, "usage: sovia bench <lat|bw|sweep|idle|wake|rr|conns|connrate> --transport T [options]\n"
+    fprintf(f, "usage: sovia bench <lat|bw|sweep|idle|wake|rr|conns|connrate|epoll> --transport T [options]\n"
                "\n"
                "Measures message latency and bandwidth between two processes on this host.\n"
                "Polling transports pin the two processes to different CPUs (rr pins\n"
@@ -286,8 +318,12 @@ static int run_conns(struct bench_params *p, const char *where)
 
     if (!p->transport)
         return cli_usage_error(where, "--transport is required (tcp or preload)");
-    if (p->mode == BENCH_CONNS && p->count == 0)
+    if ((p->mode == BENCH_CONNS || p->mode == BENCH_EPOLL) && p->count == 0)
         return cli_usage_error(where, "--count is required");
+    if (p->active == 0)
+        p->active = p->count / 100 ? p->count / 100 : 1;
+    if (p->active > p->count && p->mode == BENCH_EPOLL)
+        return cli_usage_error(where, "--active %lu is above --count %lu", p->active, p->count);
     if (p->clients == 0)
         p->clients = 1;
     if (cli_find_helper("sovia-rr", worker, sizeof worker) == 0)
@@ -329,7 +365,7 @@ static int parse_mode(const struct bench_mode_desc *m, int argc, char **argv)
     uint64_t n;
     int c;
 
-    if (m->mode == BENCH_RR || m->mode == BENCH_CONNRATE)
+    if (m->mode == BENCH_RR || m->mode == BENCH_CONNRATE || m->mode == BENCH_EPOLL)
         p.seconds = BENCH_RR_DEFAULT_SECONDS;
 
     snprintf(where, sizeof where, "bench %s", m->name);
@@ -394,6 +430,12 @@ static int parse_mode(const struct bench_mode_desc *m, int argc, char **argv)
                                        BENCH_CONNS_MAX_COUNT);
             p.count = (unsigned long)n;
             break;
+        case OPT_ACTIVE:
+            if (!cli_parse_u64(optarg, &n) || n < 1 || n > BENCH_CONNS_MAX_COUNT)
+                return cli_usage_error(where, "bad --active '%s' (1 to %lu)", optarg,
+                                       BENCH_CONNS_MAX_COUNT);
+            p.active = (unsigned long)n;
+            break;
         case OPT_CLIENTS:
             if (!cli_parse_u64(optarg, &n) || n < 1 || n > BENCH_CONNRATE_MAX_CLIENTS)
                 return cli_usage_error(where, "bad --clients '%s' (1 to %u)", optarg,
@@ -419,7 +461,7 @@ static int parse_mode(const struct bench_mode_desc *m, int argc, char **argv)
         return bench_run(&p);
     if (m->mode == BENCH_RR)
         return run_rr(&p, have_size, where);
-    if (m->mode == BENCH_CONNS || m->mode == BENCH_CONNRATE)
+    if (m->mode == BENCH_CONNS || m->mode == BENCH_CONNRATE || m->mode == BENCH_EPOLL)
         return run_conns(&p, where);
     if (!p.transport)
         return cli_usage_error(where, "--transport is required (see sovia bench --help)");
