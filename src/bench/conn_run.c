@@ -474,6 +474,7 @@ static int run_epoll(const struct bench_params *p)
     struct conns_carried k = {false, 0, 0, 0, 0};
     struct carried c;
     int64_t start, warm, end;
+    setenv("SOVIA_SHORT_CONNS", "0", 0); /* as run_conns: what carried ones cost */
     int rc = -1, len;
 
     if (!res)
