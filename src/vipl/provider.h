@@ -100,7 +100,7 @@ struct vipl_nic {
     atomic_ulong errors_reported;
     _Atomic uint64_t wait_spin_ns; /* …Wait polls this long before sleeping */
     unsigned n_vis, n_cqs, n_ptags;
-    struct vipl_vi *vis; /* list of VIs, linked through vipl_vi.next */
+    struct vipl_vi *vis; /* list of VIs, linked through vipl_vi.next and .prev */
     struct vipl_pool ptags, vi_pool, cqs, conns;
     void *prov_nic;      /* provider state */
     char device[64];     /* the name it was opened by ("fabric:tcp") */
@@ -118,7 +118,7 @@ struct vipl_cq {
 struct vipl_vi {
     uint32_t magic;
     struct vipl_nic *nic;
-    struct vipl_vi *next;
+    struct vipl_vi *next, *prev; /* prev: O(1) unlink (a process may hold 100,000) */
     VIP_VI_ATTRIBUTES attrs;
     struct vipl_ptag *ptag;
     struct vipl_cq *send_cq, *recv_cq;

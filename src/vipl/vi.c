@@ -88,6 +88,9 @@ VIP_RETURN vipl_vi_make(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES *ViAttribs,
     vi->magic = VIPL_VI_MAGIC;
     pthread_mutex_lock(&nic->lock);
     vi->next = nic->vis;
+    vi->prev = NULL;
+    if (nic->vis)
+        nic->vis->prev = vi;
     nic->vis = vi;
     nic->n_vis++;
     pthread_mutex_unlock(&nic->lock);
@@ -107,11 +110,9 @@ static void free_vi(struct vipl_vi *vi)
 {
     struct vipl_nic *nic = vi->nic;
     pthread_mutex_lock(&nic->lock);
-    for (struct vipl_vi **p = &nic->vis; *p; p = &(*p)->next)
-        if (*p == vi) {
-            *p = vi->next;
-            break;
-        }
+    *(vi->prev ? &vi->prev->next : &nic->vis) = vi->next;
+    if (vi->next)
+        vi->next->prev = vi->prev;
     nic->n_vis--;
     pthread_mutex_unlock(&nic->lock);
 
