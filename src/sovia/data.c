@@ -247,7 +247,7 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
         }
         if (imm & PKT_URG)
             urgent_arriving(s, c);
-        c->recvq[(c->rq_head + c->rq_count) % (c->nrecv + 1)] = (unsigned)i;
+        c->recvq[sov_rq_slot(c, c->rq_count)] = (unsigned)i;
         c->rq_count++;
         c->rx_bytes += len;
         if (imm & PKT_URG)
@@ -322,7 +322,10 @@ int sov_progress(struct sov_sock *s)
         sov_handle_packet(s, d);
         n++;
     }
-    sov_mig_step(s); /* our side of a migration the peer asked for */
+    /* Our side of a migration the peer asked for; the flag is looked at
+     * here, as this runs on every turn of a polling wait. */
+    if (s->conn && s->conn->mig_auto)
+        sov_mig_step(s);
     return n;
 }
 
@@ -817,7 +820,7 @@ static size_t copy_out(struct sov_conn *c, const struct iovec *iov, int iovcnt, 
     }
     kpos = at;
     while (q < c->rq_count && (passed < skip || (done < max && k < iovcnt))) {
-        unsigned i = c->recvq[(c->rq_head + q) % (c->nrecv + 1)];
+        unsigned i = c->recvq[sov_rq_slot(c, q)];
         const uint8_t *buf = c->arena + (size_t)i * c->cfg.mtu;
         size_t blen = c->rdesc[i].CS.Length;
         size_t n = blen - off;
@@ -844,7 +847,7 @@ static size_t copy_out(struct sov_conn *c, const struct iovec *iov, int iovcnt, 
             if (peek) {
                 q++;
             } else {
-                c->rq_head = (c->rq_head + 1) % (c->nrecv + 1);
+                c->rq_head = sov_rq_slot(c, 1);
                 c->rq_count--;
                 consumed(c, i);
             }

@@ -243,6 +243,14 @@ struct sov_conn {
     uint64_t base_sent, taken;
 };
 
+/* recvq slot of the k-th unread buffer (k <= nrecv; rq_head < nrecv + 1),
+ * without a division: it ran on every packet, several per message. */
+static inline unsigned sov_rq_slot(const struct sov_conn *c, unsigned k)
+{
+    unsigned at = c->rq_head + k;
+    return at > c->nrecv ? at - (c->nrecv + 1) : at;
+}
+
 /* ---- A socket ---------------------------------------------------------- */
 
 enum sov_kind { SK_NEW, SK_LISTENING, SK_CONNECTING, SK_CONNECTED };
