@@ -346,6 +346,39 @@ void sov_conn_sleep_release(struct sov_conn *c)
     atomic_fetch_sub(&c->sleepers, 1); /* last: the closer waits for it */
 }
 
+bool sov_futex_hold(struct sov_futex_sleep *f, struct sov_conn *c)
+{
+    int bound = -1;
+    if (f->nc >= SOV_FUTEX_CONNS || !sov_conn_sleep_hold(c, &f->w[f->nc + 1], &bound))
+        return false;
+    f->c[f->nc++] = c;
+    if (bound >= 0 && (f->bound < 0 || bound < f->bound))
+        f->bound = bound;
+    return true;
+}
+
+void sov_futex_let_go(struct sov_futex_sleep *f)
+{
+    for (unsigned i = 0; i < f->nc; i++)
+        sov_conn_sleep_release(f->c[i]);
+    f->nc = 0;
+}
+
+int sov_futex_sleep(struct sov_futex_sleep *f, int ms, const struct sov_sigwatch *sig)
+{
+    int rc = 1;
+    if (sov_sigwatch_fired(sig)) {
+        errno = EINTR;
+        rc = -1;
+    } else {
+        VipxSleepWords(f->w, (int)f->nc + 1,
+                       f->bound >= 0 && (ms < 0 || ms > f->bound) ? f->bound : ms);
+    }
+    sov_futex_let_go(f);
+    VipxSleepDisarm();
+    return rc;
+}
+
 /*
  * A SINGLE connection's caller sleeps on its VI's own word and its thread's
  * (VipxSleepWords), which the peer wakes with one FUTEX_WAKE after writing a

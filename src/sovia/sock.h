@@ -508,6 +508,24 @@ void sov_conn_destroy(struct sov_conn *c);
  * not armed, nothing held. */
 bool sov_conn_sleep_hold(struct sov_conn *c, VIPX_SLEEP_WORD *w, int *bound);
 void sov_conn_sleep_release(struct sov_conn *c);
+/* A futex sleep on a few connections (sov_poll's, the preload's epoll's):
+ * the thread's own word first (VipxSleepArm), then each held connection's;
+ * `bound` the shortest of their bounds (ms, -1: none). */
+#define SOV_FUTEX_CONNS 16
+struct sov_futex_sleep {
+    VIPX_SLEEP_WORD w[SOV_FUTEX_CONNS + 1];
+    struct sov_conn *c[SOV_FUTEX_CONNS];
+    unsigned nc;
+    int bound;
+};
+bool sov_futex_hold(struct sov_futex_sleep *f, struct sov_conn *c); /* false: not held */
+void sov_futex_let_go(struct sov_futex_sleep *f);                   /* every one held */
+/* Sleeps up to ms (-1: no limit) within the bound, unless a handler ran
+ * since `sig` began (-1, EINTR: a later one rings the thread's word), then
+ * lets go of every connection and disarms the thread (VipxSleepDisarm). 1
+ * or -1. */
+struct sov_sigwatch;
+int sov_futex_sleep(struct sov_futex_sleep *f, int ms, const struct sov_sigwatch *sig);
 int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type);
 int sov_conn_lost(struct sov_conn *c); /* the VI failed: -ECONNRESET or -EPIPE */
 void sov_conn_abort(struct sov_conn *c); /* reset it: the peer gets ECONNRESET */
