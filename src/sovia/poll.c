@@ -233,6 +233,12 @@ void sov_doze_disarm(const struct pollfd *cq, int rc)
  * where poll must fail with EINTR. Not under ThreadSanitizer, which runs a
  * handler for a signal that came in a raw system call only at the thread's
  * next intercepted call (as data.c's futex_block). */
+#if defined(__SANITIZE_THREAD__)
+#define FUTEX_POLL 0
+#else
+#define FUTEX_POLL 1
+#endif
+
 /* Counts the thread into each entry's connection, whose VI then stays
  * (sov_conn_destroy waits), and arms its word; the arming looks at the
  * receive queue, so a packet that came after the caller's look ends the
@@ -272,13 +278,8 @@ unfit:
 static int futex_doze(struct pollfd *fds, nfds_t n, int ms, const struct sov_sigwatch *sig,
                       struct pollfd *kfds, nfds_t *nk, nfds_t *kmap, bool *tentative, int *ready)
 {
-#if defined(__SANITIZE_THREAD__)
-    (void)fds, (void)n, (void)ms, (void)sig, (void)kfds, (void)nk, (void)kmap, (void)tentative;
-    (void)ready;
-    return 0;
-#else
     struct sov_futex_sleep f;
-    if (!sig->count || VipxSleepArm(&f.w[0]) != VIP_SUCCESS)
+    if (!FUTEX_POLL || !sig->count || VipxSleepArm(&f.w[0]) != VIP_SUCCESS)
         return 0;
     *ready = scan(fds, n, false, kfds, nk, kmap, tentative);
     if (*ready || *nk || *tentative || !futex_hold(fds, n, &f)) {
@@ -286,7 +287,6 @@ static int futex_doze(struct pollfd *fds, nfds_t n, int ms, const struct sov_sig
         return *ready ? 1 : 0;
     }
     return sov_futex_sleep(&f, ms, sig);
-#endif
 }
 
 SOV_EXPORT int sov_poll(struct pollfd *fds, nfds_t nfds, int timeout)
