@@ -762,8 +762,11 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
                 n = (ssize_t)a;
             }
         } else {
-            rc = sov_flush(s, !nonblock); /* condition (3): a large send */
-            if (rc == 0)
+            /* (The calls only when they have work: this is every send.) */
+            if (c->clen)
+                rc = sov_flush(s, !nonblock); /* condition (3): a large send */
+            c = s->conn;
+            if (rc == 0 && (c->credits == 0 || c->reset))
                 rc = wait_credit(s, nonblock);
             if (rc == 0) {
                 n = send_next(s->conn, &u);

@@ -593,11 +593,20 @@ ssize_t sov_mig_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, in
 short sov_mig_revents(struct sov_sock *s, short r);
 int sov_mig_shutdown_wr(struct sov_sock *s);
 void sov_mig_kernel_fin(struct sov_sock *s); /* the kernel socket's FIN, if owed */
-bool sov_mig_ours_moving(const struct sov_conn *c); /* sov_migrate under way */
+/* sov_migrate under way (inline, as the next: every send and receive asks). */
+static inline bool sov_mig_ours_moving(const struct sov_conn *c)
+{
+    return c->mig != MIG_NONE && c->mig != MIG_DONE;
+}
 int sov_mig_wait_ours(struct sov_sock *s, bool nonblock); /* another thread leaves */
 void sov_mig_watch(struct sov_sock *s); /* the service thread pushes for it */
 void sov_mig_step(struct sov_sock *s); /* our side, when the peer asked */
-bool sov_mig_answer_moving(const struct sov_conn *c); /* reads wait: it gives back */
+/* Our side moves because the peer asked, and gives back from the front
+ * what our program has not read: its reads wait, then take the kernel's. */
+static inline bool sov_mig_answer_moving(const struct sov_conn *c)
+{
+    return c->mig_auto && c->mig >= MIG_RETURNING && c->mig != MIG_DONE && !c->reset;
+}
 size_t sov_vi_take(struct sov_sock *s, void *buf, size_t len); /* data.c */
 int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);
 /* ticket: 0, or listen at that ticket's address of s->local (sovia run). */
