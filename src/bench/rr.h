@@ -24,6 +24,7 @@
 
 #include "bench.h" /* the limits and defaults only */
 
+#include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -120,7 +121,15 @@ int rr_connect(const struct rr_ops *ops, const struct rr_addr *a);
 int rr_push(const struct rr_ops *ops, void *loop, int fd, uint32_t token,
             const unsigned char *buf, size_t size, size_t *off, bool *want_out);
 
-extern const struct rr_ops rr_libc_ops; /* rr_libc.c: epoll */
+extern const struct rr_ops rr_libc_ops;      /* rr_libc.c: epoll */
+extern const struct rr_ops rr_libc_poll_ops; /* rr_libc.c: poll (SOVIA_BENCH_RR_LOOP=poll) */
+/* rr_pollset.c: the loop functions over a pollfd array, waiting with `wait`. */
+void *rr_pollset_new(int cap, int (*wait)(struct pollfd *fds, nfds_t n, int timeout_ms));
+int rr_pollset_add(void *l, int fd, uint32_t token);
+int rr_pollset_want_out(void *l, int fd, uint32_t token, bool out);
+int rr_pollset_del(void *l, int fd);
+int rr_pollset_wait(void *l, struct rr_event *ev, int max, int timeout_ms);
+void rr_pollset_free(void *l);
 /* rr_sovia.c, in the sovia tool only: sov_* and sov_poll. */
 extern const struct rr_ops rr_sovia_ops;
 /* The SOV_WAIT_* mode of "sovia", "sovia-block", "sovia-adaptive"; else -1. */

@@ -1,9 +1,11 @@
 /* rr_libc.c - the socket calls of `sovia bench rr` through plain libc, one
- * epoll instance per thread: kernel TCP and AF_UNIX, and under the preload
- * library exactly what an unmodified epoll server gets from `sovia run`. */
+ * epoll instance per thread (or, rr_libc_poll_ops, a poll(2) loop): kernel
+ * TCP and AF_UNIX, and under the preload library exactly what an
+ * unmodified epoll (or poll) server gets from `sovia run`. */
 #include "rr.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -111,23 +113,40 @@ static void libc_loop_free(void *l)
     }
 }
 
+/* The socket calls of both loops' ops. */
+#define LIBC_SOCKET_CALLS                                                                \
+    .proc_init = libc_init, .socket = libc_socket, .bind = libc_bind, .listen = listen,   \
+    .getsockname = libc_getsockname, .accept = libc_accept, .connect = libc_connect,      \
+    .setsockopt = setsockopt, .send = libc_send, .recv = libc_recv, .close = close
+
 const struct rr_ops rr_libc_ops = {
     .name = "libc",
-    .proc_init = libc_init,
-    .socket = libc_socket,
-    .bind = libc_bind,
-    .listen = listen,
-    .getsockname = libc_getsockname,
-    .accept = libc_accept,
-    .connect = libc_connect,
-    .setsockopt = setsockopt,
-    .send = libc_send,
-    .recv = libc_recv,
-    .close = close,
+    LIBC_SOCKET_CALLS,
     .loop_new = libc_loop_new,
     .loop_add = libc_loop_add,
     .loop_want_out = libc_loop_want_out,
     .loop_del = libc_loop_del,
     .loop_wait = libc_loop_wait,
     .loop_free = libc_loop_free,
+};
+
+static int libc_poll(struct pollfd *fds, nfds_t n, int timeout_ms)
+{
+    return poll(fds, n, timeout_ms);
+}
+
+static void *libc_poll_loop_new(int cap)
+{
+    return rr_pollset_new(cap, libc_poll);
+}
+
+const struct rr_ops rr_libc_poll_ops = {
+    .name = "libc-poll",
+    LIBC_SOCKET_CALLS,
+    .loop_new = libc_poll_loop_new,
+    .loop_add = rr_pollset_add,
+    .loop_want_out = rr_pollset_want_out,
+    .loop_del = rr_pollset_del,
+    .loop_wait = rr_pollset_wait,
+    .loop_free = rr_pollset_free,
 };

@@ -60,105 +60,9 @@ static ssize_t sovia_recv(int fd, void *buf, size_t len)
     return sov_recv(fd, buf, len, MSG_DONTWAIT);
 }
 
-/* A pollfd array; a descriptor's slot holds its token beside it. */
-struct sov_loop {
-    int n, cap;
-    struct pollfd *p;
-    uint32_t *token;
-};
-
 static void *sovia_loop_new(int cap)
 {
-    struct sov_loop *l = calloc(1, sizeof *l);
-
-    if (!l)
-        return NULL;
-    l->cap = cap;
-    l->p = calloc((size_t)cap, sizeof *l->p);
-    l->token = calloc((size_t)cap, sizeof *l->token);
-    if (!l->p || !l->token) {
-        free(l->p);
-        free(l->token);
-        free(l);
-        return NULL;
-    }
-    return l;
-}
-
-static int slot_of(const struct sov_loop *l, int fd)
-{
-    for (int i = 0; i < l->n; i++)
-        if (l->p[i].fd == fd)
-            return i;
-    errno = ENOENT;
-    return -1;
-}
-
-static int sovia_loop_add(void *lp, int fd, uint32_t token)
-{
-    struct sov_loop *l = lp;
-
-    if (l->n == l->cap) {
-        errno = ENOSPC;
-        return -1;
-    }
-    l->p[l->n] = (struct pollfd){.fd = fd, .events = POLLIN};
-    l->token[l->n++] = token;
-    return 0;
-}
-
-static int sovia_loop_want_out(void *lp, int fd, uint32_t token, bool out)
-{
-    struct sov_loop *l = lp;
-    int i = slot_of(l, fd);
-
-    (void)token;
-    if (i < 0)
-        return -1;
-    l->p[i].events = (short)(POLLIN | (out ? POLLOUT : 0));
-    return 0;
-}
-
-static int sovia_loop_del(void *lp, int fd)
-{
-    struct sov_loop *l = lp;
-    int i = slot_of(l, fd);
-
-    if (i < 0)
-        return -1;
-    l->n--;
-    l->p[i] = l->p[l->n];
-    l->token[i] = l->token[l->n];
-    return 0;
-}
-
-static int sovia_loop_wait(void *lp, struct rr_event *ev, int max, int timeout_ms)
-{
-    struct sov_loop *l = lp;
-    int r = sov_poll(l->p, (nfds_t)l->n, timeout_ms), k = 0;
-
-    for (int i = 0; r > 0 && i < l->n && k < max; i++) {
-        short re = l->p[i].revents;
-        if (!re)
-            continue;
-        ev[k].token = l->token[i];
-        ev[k].in = re & POLLIN;
-        ev[k].out = re & POLLOUT;
-        ev[k].err = re & (POLLERR | POLLHUP | POLLNVAL);
-        k++;
-    }
-    return r < 0 ? -1 : k;
-}
-
-static void sovia_loop_free(void *lp)
-{
-    struct sov_loop *l = lp;
-
-    if (l) {
-        free(l->p);
-        free(l->token);
-        free(l);
-    }
+    return rr_pollset_new(cap, sov_poll);
 }
 
 const struct rr_ops rr_sovia_ops = {
@@ -175,9 +79,9 @@ const struct rr_ops rr_sovia_ops = {
     .recv = sovia_recv,
     .close = sov_close,
     .loop_new = sovia_loop_new,
-    .loop_add = sovia_loop_add,
-    .loop_want_out = sovia_loop_want_out,
-    .loop_del = sovia_loop_del,
-    .loop_wait = sovia_loop_wait,
-    .loop_free = sovia_loop_free,
+    .loop_add = rr_pollset_add,
+    .loop_want_out = rr_pollset_want_out,
+    .loop_del = rr_pollset_del,
+    .loop_wait = rr_pollset_wait,
+    .loop_free = rr_pollset_free,
 };

@@ -668,28 +668,14 @@ static bool kernel_may(struct epset *s)
  * CQ's descriptor that the sleeper then drains (a sleeping round trip's
  * largest cost). The process's ringers (an entry that joins, a close) and
  * signal handlers ring the thread's own word. */
-#define FUTEX_VIS 16
+#define FUTEX_VIS SOV_FUTEX_CONNS
 #define FUTEX_RETRY_NS 10000000 /* a set that did not fit is tried again after */
-
-struct futex_sleep {
-    VIPX_SLEEP_WORD w[FUTEX_VIS + 1]; /* the thread's own first */
-    struct sov_conn *c[FUTEX_VIS];
-    unsigned nc;
-    int bound;
-};
-
-static void futex_let_go(struct futex_sleep *f)
-{
-    for (unsigned i = 0; i < f->nc; i++)
-        sov_conn_sleep_release(f->c[i]);
-    f->nc = 0;
-}
 
 /* Counts the thread into each entry's connection, whose VI then stays
  * (sov_conn_destroy waits), and arms its word. false: some entry does not
  * qualify, or a lock is busy (a closer may hold it and wait for another
  * sleeper): nothing is held then. The caller is counted asleep already. */
-static bool futex_hold(struct epset *s, struct futex_sleep *f)
+static bool futex_hold(struct epset *s, struct sov_futex_sleep *f)
 {
     f->nc = 0;
     f->bound = -1;
@@ -708,20 +694,15 @@ static bool futex_hold(struct epset *s, struct futex_sleep *f)
             break;
         }
         struct sov_conn *c = k->conn;
-        int bound = -1;
         ok = !k->dead && sov_lookup(it->fd) == k && c && c->vi &&
              c->cfg.handling == SOV_SINGLE && !k->tp_waiting;
         unfit = !ok;
-        if (ok && (ok = sov_conn_sleep_hold(c, &f->w[f->nc + 1], &bound))) {
-            f->c[f->nc++] = c;
-            if (bound >= 0 && (f->bound < 0 || bound < f->bound))
-                f->bound = bound;
-        }
+        ok = ok && sov_futex_hold(f, c);
         sov_sock_unlock(k);
     }
     look_unlock(s);
     if (!ok || f->nc == 0) {
-        futex_let_go(f);
+        sov_futex_let_go(f);
         if (unfit || f->nc == 0) /* a listener, a fallen-back socket: not every sleep */
             atomic_store(&s->futex_after_ns, sov_now_ns() + FUTEX_RETRY_NS);
         return false;
@@ -750,7 +731,7 @@ static int futex_doze(int epfd, struct epset *s, struct epoll_event *out, int ma
     (void)sig, (void)n;
     return 0;
 #endif
-    struct futex_sleep f;
+    struct sov_futex_sleep f;
     if (VipxSleepArm(&f.w[0]) != VIP_SUCCESS)
         return 0;
     *n = harvest(epfd, s, out, max, ASK_IF_ANY, kernel_first, pending);
@@ -762,17 +743,7 @@ static int futex_doze(int epfd, struct epset *s, struct epoll_event *out, int ma
         VipxSleepDisarm();
         return 0;
     }
-    int rc = 1;
-    if (sov_sigwatch_fired(sig)) { /* a later handler rings the word */
-        errno = EINTR;
-        rc = -1;
-    } else {
-        int t = f.bound >= 0 && (ms < 0 || ms > f.bound) ? f.bound : ms;
-        VipxSleepWords(f.w, (int)f.nc + 1, t);
-    }
-    futex_let_go(&f);
-    VipxSleepDisarm();
-    return rc;
+    return sov_futex_sleep(&f, ms, sig);
 }
 
 /* epoll_wait on a set with carried entries. The kernel set is asked in the

@@ -257,7 +257,7 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
         }
         if (imm & PKT_URG)
             urgent_arriving(s, c);
-        c->recvq[(c->rq_head + c->rq_count) % (c->nrecv + 1)] = (unsigned)i;
+        c->recvq[sov_rq_slot(c, c->rq_count)] = (unsigned)i;
         c->rq_count++;
         c->rx_bytes += len;
         if (imm & PKT_URG)
@@ -332,7 +332,10 @@ int sov_progress(struct sov_sock *s)
         sov_handle_packet(s, d);
         n++;
     }
-    sov_mig_step(s); /* our side of a migration the peer asked for */
+    /* Our side of a migration the peer asked for; the flag is looked at
+     * here, as this runs on every turn of a polling wait. */
+    if (s->conn && s->conn->mig_auto)
+        sov_mig_step(s);
     return n;
 }
 
@@ -351,6 +354,39 @@ void sov_conn_sleep_release(struct sov_conn *c)
 {
     VipxViSleepArm(c->vi, VIP_FALSE, NULL, NULL);
     atomic_fetch_sub(&c->sleepers, 1); /* last: the closer waits for it */
+}
+
+bool sov_futex_hold(struct sov_futex_sleep *f, struct sov_conn *c)
+{
+    int bound = -1;
+    if (f->nc >= SOV_FUTEX_CONNS || !sov_conn_sleep_hold(c, &f->w[f->nc + 1], &bound))
+        return false;
+    f->c[f->nc++] = c;
+    if (bound >= 0 && (f->bound < 0 || bound < f->bound))
+        f->bound = bound;
+    return true;
+}
+
+void sov_futex_let_go(struct sov_futex_sleep *f)
+{
+    for (unsigned i = 0; i < f->nc; i++)
+        sov_conn_sleep_release(f->c[i]);
+    f->nc = 0;
+}
+
+int sov_futex_sleep(struct sov_futex_sleep *f, int ms, const struct sov_sigwatch *sig)
+{
+    int rc = 1;
+    if (sov_sigwatch_fired(sig)) {
+        errno = EINTR;
+        rc = -1;
+    } else {
+        VipxSleepWords(f->w, (int)f->nc + 1,
+                       f->bound >= 0 && (ms < 0 || ms > f->bound) ? f->bound : ms);
+    }
+    sov_futex_let_go(f);
+    VipxSleepDisarm();
+    return rc;
 }
 
 /*
@@ -736,8 +772,11 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
                 n = (ssize_t)a;
             }
         } else {
-            rc = sov_flush(s, !nonblock); /* condition (3): a large send */
-            if (rc == 0)
+            /* (The calls only when they have work: this is every send.) */
+            if (c->clen)
+                rc = sov_flush(s, !nonblock); /* condition (3): a large send */
+            c = s->conn;
+            if (rc == 0 && (c->credits == 0 || c->reset))
                 rc = wait_credit(s, nonblock);
             if (rc == 0) {
                 n = send_next(s->conn, &u);
@@ -827,7 +866,7 @@ static size_t copy_out(struct sov_conn *c, const struct iovec *iov, int iovcnt, 
     }
     kpos = at;
     while (q < c->rq_count && (passed < skip || (done < max && k < iovcnt))) {
-        unsigned i = c->recvq[(c->rq_head + q) % (c->nrecv + 1)];
+        unsigned i = c->recvq[sov_rq_slot(c, q)];
         const uint8_t *buf = c->arena + (size_t)i * c->cfg.mtu;
         size_t blen = c->rdesc[i].CS.Length;
         size_t n = blen - off;
@@ -854,7 +893,7 @@ static size_t copy_out(struct sov_conn *c, const struct iovec *iov, int iovcnt, 
             if (peek) {
                 q++;
             } else {
-                c->rq_head = (c->rq_head + 1) % (c->nrecv + 1);
+                c->rq_head = sov_rq_slot(c, 1);
                 c->rq_count--;
                 consumed(c, i);
             }

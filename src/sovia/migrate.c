@@ -376,13 +376,6 @@ void sov_mig_step(struct sov_sock *s)
     }
 }
 
-/* Our side moves because the peer asked, and gives back from the front
- * what our program has not read: its reads wait, then take the kernel's. */
-bool sov_mig_answer_moving(const struct sov_conn *c)
-{
-    return c->mig_auto && c->mig >= MIG_RETURNING && c->mig != MIG_DONE && !c->reset;
-}
-
 static bool answered(const struct sov_conn *c)
 {
     return c->mig == MIG_DONE;
@@ -457,11 +450,6 @@ int sov_migrate(struct sov_sock *s)
     }
     sov_tp_fall_back(s);
     return rc;
-}
-
-bool sov_mig_ours_moving(const struct sov_conn *c)
-{
-    return c->mig != MIG_NONE && c->mig != MIG_DONE;
 }
 
 /* Another thread's send, shutdown or recv while sov_migrate, which sleeps

@@ -87,6 +87,7 @@ static int scan(struct pollfd *fds, nfds_t n, bool kernel, struct pollfd *kfds, 
 {
     short (*user)(int, short) = __atomic_load_n(&sov_poll_hooks.user_revents, __ATOMIC_ACQUIRE);
     *nk = 0;
+    *tentative = false; /* as this pass finds them: a pairing ends */
     for (nfds_t i = 0; i < n; i++) {
         fds[i].revents = 0;
         if (fds[i].fd < 0)
@@ -218,6 +219,76 @@ void sov_doze_disarm(const struct pollfd *cq, int rc)
         VipxCQDisarmQuiet(sov_g.cq);
 }
 
+/* ---- A futex sleep ----------------------------------------------------------
+ *
+ * A set of carried connections alone (every entry a connected socket whose
+ * packets the caller's thread handles, at most SOV_FUTEX_CONNS of them) sleeps
+ * as epoll's does (the preload's epoll.c): on their VIs' own words and the
+ * thread's (VipxSleepWords), which the peers wake with one FUTEX_WAKE,
+ * instead of the CQ's datagram that the sleeper then drains (at most
+ * SOV_FUTEX_CONNS). The thread's
+ * word is rung by the process's ringers (a close, a connection's news) and
+ * by the preload's signal trampoline; so only where handlers are counted
+ * (sovia run): a futex_waitv is restarted after an SA_RESTART handler,
+ * where poll must fail with EINTR. Not under ThreadSanitizer, which runs a
+ * handler for a signal that came in a raw system call only at the thread's
+ * next intercepted call (as data.c's futex_block). */
+#if defined(__SANITIZE_THREAD__)
+#define FUTEX_POLL 0
+#else
+#define FUTEX_POLL 1
+#endif
+
+/* Counts the thread into each entry's connection, whose VI then stays
+ * (sov_conn_destroy waits), and arms its word; the arming looks at the
+ * receive queue, so a packet that came after the caller's look ends the
+ * sleep at once. false, nothing held: an entry that is not such a
+ * connection, or a lock that is busy (a closer may hold it while it waits
+ * for a sleeper to let go). The caller is counted asleep already. */
+static bool futex_hold(const struct pollfd *fds, nfds_t n, struct sov_futex_sleep *f)
+{
+    f->nc = 0;
+    f->bound = -1;
+    for (nfds_t i = 0; i < n; i++) {
+        if (fds[i].fd < 0)
+            continue;
+        struct sov_sock *s = sov_lookup(fds[i].fd);
+        if (!s || !sov_sock_trylock(s))
+            goto unfit;
+        struct sov_conn *c = s->conn;
+        bool ok = !s->dead && sov_lookup(fds[i].fd) == s && s->kind == SK_CONNECTED && c &&
+                  c->vi && c->cfg.handling == SOV_SINGLE && !s->tp_waiting && !c->peer_mig &&
+                  !sov_mig_ours_moving(c) && sov_futex_hold(f, c);
+        sov_sock_unlock(s);
+        if (!ok)
+            goto unfit;
+    }
+    if (f->nc)
+        return true;
+unfit:
+    sov_futex_let_go(f);
+    return false;
+}
+
+/* One sleep of sov_poll_masked up to `ms` on a set that may qualify.
+ * Counted asleep first, it looks at the set (*ready, with scan's outputs)
+ * before it holds the connections: a ring after the count (a close, a
+ * handler) ends the sleep. 1 if it slept or found entries ready, 0 if the
+ * caller must sleep the CQ's way, -1 with EINTR. */
+static int futex_doze(struct pollfd *fds, nfds_t n, int ms, const struct sov_sigwatch *sig,
+                      struct pollfd *kfds, nfds_t *nk, nfds_t *kmap, bool *tentative, int *ready)
+{
+    struct sov_futex_sleep f;
+    if (!FUTEX_POLL || !sig->count || VipxSleepArm(&f.w[0]) != VIP_SUCCESS)
+        return 0;
+    *ready = scan(fds, n, false, kfds, nk, kmap, tentative);
+    if (*ready || *nk || *tentative || !futex_hold(fds, n, &f)) {
+        VipxSleepDisarm();
+        return *ready ? 1 : 0;
+    }
+    return sov_futex_sleep(&f, ms, sig);
+}
+
 SOV_EXPORT int sov_poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
     return sov_poll_masked(fds, nfds, timeout, NULL);
@@ -251,7 +322,7 @@ int sov_poll_masked(struct pollfd *fds, nfds_t nfds, int timeout, const sigset_t
     uint64_t start = sov_now_ns(), spin_ns = sov_poll_spin_ns();
     nfds_t nk;
     int ready;
-    bool tentative = false; /* a sovia run client awaits pairing: sleep briefly */
+    bool tentative = false; /* a sovia run client awaits pairing (the last scan): sleep briefly */
     bool masked = false;
     sigset_t old;
     for (unsigned round = 0;; round++) {
@@ -279,6 +350,22 @@ int sov_poll_masked(struct pollfd *fds, nfds_t nfds, int timeout, const sigset_t
         if (now - start < spin_ns && (spin_ns == UINT64_MAX || sov_spin_pays(now))) {
             __builtin_ia32_pause();
             continue;
+        }
+        /* Carried connections alone (no kernel descriptor to ask, none
+         * awaiting its pairing): the futex sleep, armed after the look. */
+        if (nk == 0 && !tentative) {
+            int slept = futex_doze(fds, nfds, (int)left_ms, &sig, kfds, &nk, kmap, &tentative,
+                                   &ready);
+            if (slept < 0)
+                ready = -1;
+            if (slept < 0 || ready)
+                break;
+            if (slept) {
+                ready = scan(fds, nfds, false, kfds, &nk, kmap, &tentative);
+                if (ready)
+                    break;
+                continue;
+            }
         }
         /* Sleep: arm, look once more (a packet may have raced the arming),
          * then poll the kernel with the CQ's and sovia's event descriptors. */

@@ -248,6 +248,14 @@ struct sov_conn {
     uint64_t base_sent, taken;
 };
 
+/* recvq slot of the k-th unread buffer (k <= nrecv; rq_head < nrecv + 1),
+ * without a division: it ran on every packet, several per message. */
+static inline unsigned sov_rq_slot(const struct sov_conn *c, unsigned k)
+{
+    unsigned at = c->rq_head + k;
+    return at > c->nrecv ? at - (c->nrecv + 1) : at;
+}
+
 /* ---- A socket ---------------------------------------------------------- */
 
 enum sov_kind { SK_NEW, SK_LISTENING, SK_CONNECTING, SK_CONNECTED };
@@ -517,6 +525,24 @@ void sov_conn_destroy(struct sov_conn *c);
  * not armed, nothing held. */
 bool sov_conn_sleep_hold(struct sov_conn *c, VIPX_SLEEP_WORD *w, int *bound);
 void sov_conn_sleep_release(struct sov_conn *c);
+/* A futex sleep on a few connections (sov_poll's, the preload's epoll's):
+ * the thread's own word first (VipxSleepArm), then each held connection's;
+ * `bound` the shortest of their bounds (ms, -1: none). */
+#define SOV_FUTEX_CONNS 16
+struct sov_futex_sleep {
+    VIPX_SLEEP_WORD w[SOV_FUTEX_CONNS + 1];
+    struct sov_conn *c[SOV_FUTEX_CONNS];
+    unsigned nc;
+    int bound;
+};
+bool sov_futex_hold(struct sov_futex_sleep *f, struct sov_conn *c); /* false: not held */
+void sov_futex_let_go(struct sov_futex_sleep *f);                   /* every one held */
+/* Sleeps up to ms (-1: no limit) within the bound, unless a handler ran
+ * since `sig` began (-1, EINTR: a later one rings the thread's word), then
+ * lets go of every connection and disarms the thread (VipxSleepDisarm). 1
+ * or -1. */
+struct sov_sigwatch;
+int sov_futex_sleep(struct sov_futex_sleep *f, int ms, const struct sov_sigwatch *sig);
 int sov_conn_send_ctrl(struct sov_conn *c, enum sov_pkt type);
 int sov_conn_lost(struct sov_conn *c); /* the VI failed: -ECONNRESET or -EPIPE */
 void sov_conn_abort(struct sov_conn *c); /* reset it: the peer gets ECONNRESET */
@@ -584,11 +610,20 @@ ssize_t sov_mig_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, in
 short sov_mig_revents(struct sov_sock *s, short r);
 int sov_mig_shutdown_wr(struct sov_sock *s);
 void sov_mig_kernel_fin(struct sov_sock *s); /* the kernel socket's FIN, if owed */
-bool sov_mig_ours_moving(const struct sov_conn *c); /* sov_migrate under way */
+/* sov_migrate under way (inline, as the next: every send and receive asks). */
+static inline bool sov_mig_ours_moving(const struct sov_conn *c)
+{
+    return c->mig != MIG_NONE && c->mig != MIG_DONE;
+}
 int sov_mig_wait_ours(struct sov_sock *s, bool nonblock); /* another thread leaves */
 void sov_mig_watch(struct sov_sock *s); /* the service thread pushes for it */
 void sov_mig_step(struct sov_sock *s); /* our side, when the peer asked */
-bool sov_mig_answer_moving(const struct sov_conn *c); /* reads wait: it gives back */
+/* Our side moves because the peer asked, and gives back from the front
+ * what our program has not read: its reads wait, then take the kernel's. */
+static inline bool sov_mig_answer_moving(const struct sov_conn *c)
+{
+    return c->mig_auto && c->mig >= MIG_RETURNING && c->mig != MIG_DONE && !c->reset;
+}
 size_t sov_vi_take(struct sov_sock *s, void *buf, size_t len); /* data.c */
 int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);
 /* ticket: 0, or listen at that ticket's address of s->local (sovia run). */

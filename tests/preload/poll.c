@@ -7,10 +7,14 @@
  */
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "pharness.h"
@@ -427,6 +431,200 @@ static void signal_spin_client(struct p_role *r)
     signal_wait_run(r, true);
 }
 
+/* ---- carried sockets alone: the futex sleep -------------------------------------- */
+
+/* A poller thread: one wait through `api` on the sockets fds[0..n) for
+ * reading, up to timeout_ms; what came back, and how long it took. */
+struct poller {
+    pthread_t t;
+    enum api api;
+    int fds[2], n, timeout_ms;
+    _Atomic int tid;
+    int rc, err, readable; /* bit i: fds[i] readable */
+    short revents[2];
+    double took_ms, end_ms;
+};
+
+static void *poller_run(void *arg)
+{
+    struct poller *w = arg;
+    atomic_store(&w->tid, (int)gettid());
+    double t0 = p_now_ms();
+    w->readable = 0;
+    if (w->api == API_POLL || w->api == API_PPOLL) {
+        struct pollfd p[2];
+        for (int i = 0; i < w->n; i++)
+            p[i] = (struct pollfd){.fd = w->fds[i], .events = POLLIN | POLLRDHUP};
+        struct timespec ts = {w->timeout_ms / 1000, (long)(w->timeout_ms % 1000) * 1000000L};
+        w->rc = w->api == API_POLL ? poll(p, (nfds_t)w->n, w->timeout_ms)
+                                   : ppoll(p, (nfds_t)w->n, &ts, NULL);
+        w->err = errno;
+        for (int i = 0; i < w->n; i++) {
+            w->revents[i] = p[i].revents;
+            w->readable |= (p[i].revents & POLLIN) ? 1 << i : 0;
+        }
+    } else {
+        fd_set r;
+        FD_ZERO(&r);
+        int nfds = 0;
+        for (int i = 0; i < w->n; i++) {
+            FD_SET(w->fds[i], &r);
+            nfds = w->fds[i] >= nfds ? w->fds[i] + 1 : nfds;
+        }
+        struct timeval tv = {w->timeout_ms / 1000, (w->timeout_ms % 1000) * 1000};
+        struct timespec ts = {w->timeout_ms / 1000, (long)(w->timeout_ms % 1000) * 1000000L};
+        w->rc = w->api == API_SELECT ? select(nfds, &r, NULL, NULL, &tv)
+                                     : pselect(nfds, &r, NULL, NULL, &ts, NULL);
+        w->err = errno;
+        for (int i = 0; i < w->n; i++)
+            w->readable |= FD_ISSET(w->fds[i], &r) ? 1 << i : 0;
+    }
+    w->end_ms = p_now_ms();
+    w->took_ms = w->end_ms - t0;
+    return NULL;
+}
+
+/* The system call the thread is blocked in (/proc: -1 while it runs). */
+static long thread_syscall(int tid)
+{
+    char path[64], buf[64] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+    int fd = (int)SYS(open(path, O_RDONLY | O_CLOEXEC));
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    SYS(close(fd));
+    return n > 0 && buf[0] >= '0' && buf[0] <= '9' ? strtol(buf, NULL, 10) : -1;
+}
+
+#ifndef SYS_futex_waitv
+#define SYS_futex_waitv 449
+#endif
+
+/* A wake-up comes within this of its cause. A woken thread may wait 25 ms
+ * and more for a CPU under load; a missed wake-up shows as the rest of
+ * the sleep's 100 ms bound (an inheritable VI's), about 94 ms here as the
+ * sleep is caught within 1 ms of its start. */
+#define WAKE_MS 60
+
+/* Starts w and waits until it sleeps; a wait on carried sockets alone
+ * sleeps in futex_waitv on their connections' words (not under
+ * ThreadSanitizer, where it sleeps the CQ's way). */
+static void poller_start_asleep(struct poller *w)
+{
+    atomic_store(&w->tid, 0);
+    CHECK_EQ(pthread_create(&w->t, NULL, poller_run, w), 0);
+    long want = p_tsan() ? -2 : SYS_futex_waitv, seen = -1;
+    for (int i = 0; i < 3000; i++) {
+        int tid = atomic_load(&w->tid);
+        if (tid && (seen = thread_syscall(tid)) >= 0 && (want == -2 || seen == want))
+            break;
+        p_sleep_ms(1);
+    }
+    if (seen < 0 || (want != -2 && seen != want))
+        FAILF("%s on carried sockets alone: blocked in system call %ld, want futex_waitv (%ld)",
+              api_names[w->api], seen, want);
+    p_sleep_ms(5); /* well asleep, and far from the sleep's 100 ms bound (WAKE_MS) */
+}
+
+/* w, asleep on two sockets, returns the second readable, within WAKE_MS
+ * of the peer being told at `told` to do `what`. */
+static void poller_woken(struct poller *w, double told, const char *what)
+{
+    CHECK_EQ(pthread_join(w->t, NULL), 0);
+    if (w->rc != 1 || w->readable != 2 || w->end_ms - told >= WAKE_MS)
+        FAILF("%s asleep on two carried sockets, %s: %d (errno %s), readable 0x%x %.1f ms "
+              "after the peer was told; want 1, 0x2, within %d ms", api_names[w->api], what,
+              w->rc, p_errname(w->err), w->readable, w->end_ms - told, WAKE_MS);
+    p_log("%s, %s: woken %.2f ms after the peer was told", api_names[w->api], what,
+          w->end_ms - told);
+}
+
+/* The server's end of each connection, named by the byte the client sends
+ * first: 'a' stays quiet, 'b' is written to or closed on command. */
+static void futex_server(struct p_role *r)
+{
+    for (int k = 0; k < 4; k++) {
+        int fd[2] = {-1, -1};
+        for (int i = 0; i < 2; i++) {
+            int f = (int)SYS(accept(r->lfd, NULL, NULL));
+            char c;
+            p_read_all(f, &c, 1);
+            CHECK(c == 'a' || c == 'b');
+            fd[c - 'a'] = f;
+        }
+        CHECK(fd[0] >= 0 && fd[1] >= 0);
+        CHECK_EQ(p_get_int(r), 1);
+        p_write_all(fd[1], "d", 1);
+        CHECK_EQ(p_get_int(r), 2);
+        SYS(close(fd[1]));
+        CHECK_EQ(p_get_int(r), 3);
+        SYS(close(fd[0]));
+    }
+}
+
+
+/* poll, ppoll, select and pselect on two carried sockets alone, asleep in
+ * the futex sleep: woken by data on either (the peer's FUTEX_WAKE), by the
+ * peer's close (end of stream), by a signal handler (EINTR, SA_RESTART or
+ * not), each within WAKE_MS; and a timeout on a quiet socket returns 0
+ * after its time. */
+static void futex_client(struct p_role *r)
+{
+    struct sigaction sa = {.sa_handler = on_usr1};
+    sigemptyset(&sa.sa_mask);
+    for (int k = 0; k < 4; k++) {
+        api = (enum api)k;
+        const char *name = api_names[api];
+        int a = p_connect(r->port), b = p_connect(r->port);
+        p_write_all(a, "a", 1);
+        p_write_all(b, "b", 1);
+        struct poller w = {.api = api, .fds = {a, b}, .n = 2, .timeout_ms = 10000};
+        /* data on the second */
+        poller_start_asleep(&w);
+        double told = p_now_ms();
+        p_put_int(r, 1);
+        poller_woken(&w, told, "data on the second");
+        char c;
+        p_read_all(b, &c, 1);
+        CHECK_EQ(c, 'd');
+        /* the peer closes the second */
+        poller_start_asleep(&w);
+        told = p_now_ms();
+        p_put_int(r, 2);
+        poller_woken(&w, told, "the peer closes the second");
+        if (is_poll() && !(w.revents[1] & POLLRDHUP))
+            FAILF("%s: the peer's close gave revents 0x%x, want POLLRDHUP", name, w.revents[1]);
+        CHECK_EQ(read(b, &c, 1), 0);
+        /* a signal: EINTR, with SA_RESTART or without */
+        w.fds[0] = a;
+        w.n = 1;
+        for (int restart = 0; restart < 2; restart++) {
+            sa.sa_flags = restart ? SA_RESTART : 0;
+            SYS(sigaction(SIGUSR1, &sa, NULL));
+            usr1 = 0;
+            poller_start_asleep(&w);
+            told = p_now_ms();
+            CHECK_EQ(pthread_kill(w.t, SIGUSR1), 0);
+            CHECK_EQ(pthread_join(w.t, NULL), 0);
+            if (w.rc != -1 || w.err != EINTR || usr1 != 1 || w.end_ms - told >= WAKE_MS)
+                FAILF("%s%s asleep on a carried socket, a signal: %d (errno %s) %.1f ms after "
+                      "it, handler ran %d times; want EINTR within %d ms, once",
+                      name, restart ? " (SA_RESTART)" : "", w.rc, p_errname(w.err),
+                      w.end_ms - told, (int)usr1, WAKE_MS);
+        }
+        /* a quiet socket: the timeout */
+        w.timeout_ms = 300;
+        poller_start_asleep(&w);
+        CHECK_EQ(pthread_join(w.t, NULL), 0);
+        if (w.rc != 0 || w.took_ms < 290 || w.took_ms >= 5000)
+            FAILF("%s on a quiet carried socket for 300 ms: %d (errno %s) after %.0f ms; want 0 "
+                  "after 300 ms", name, w.rc, p_errname(w.err), w.took_ms);
+        p_log("%s: 300 ms timeout after %.1f ms", name, w.took_ms);
+        p_put_int(r, 3);
+        SYS(close(a));
+        SYS(close(b));
+    }
+}
+
 int main(void)
 {
     p_init("poll");
@@ -439,5 +637,6 @@ int main(void)
     p_case("pending_signal_mask", quiet_server, sigmask_client, P_CARRIED);
     p_case("signal_during_wait", data_server, signal_wait_client, P_CARRIED);
     p_case("signal_during_spinning_wait", data_server, signal_spin_client, P_CARRIED);
+    p_case("carried_alone_futex_sleep", futex_server, futex_client, P_CARRIED);
     return p_done();
 }

@@ -188,6 +188,7 @@ static const struct bench_mode_desc modes[] = {
      "  --seconds D    counted time (default 3; fractions allowed)\n"
      "  --warmup W     uncounted time before it (default 0.5, or D/2 if less)\n"
      "  --threads      one client and one server process with N threads each\n"
+     "  SOVIA_BENCH_RR_LOOP=poll  the libc transports' loops use poll(2), not epoll\n"
      "  --json         one JSON object: transport, pairs, conns, size, threads,\n"
      "                 processes, threads_per_process, cpus, load_1m, seconds,\n"
      "                 warmup, tx, tps, p50_us, p99_us, p999_us, max_us, mean_us,\n"
