@@ -263,7 +263,8 @@ static ssize_t send_result(ssize_t r, int flags)
 }
 
 /*
- * Set by each sov_sendv/sov_recvv that ends with EBADF: true when another
+ * Set by each sov_sendv/sov_recvv that ends with EBADF (only then: not a
+ * store per message; the preload reads it only after one): true when another
  * thread closed the socket while the call waited in it. The preload sends
  * an EBADF caller to the kernel socket (a fallback, a migration), but a
  * closed one's descriptor number is free, or already another file's: a
@@ -282,10 +283,13 @@ ssize_t sov_sendv(int fd, const struct iovec *iov, int iovcnt, int flags)
     if (iovcnt < 0 || iovcnt > IOV_MAX)
         return fail(-EINVAL);
     struct sov_sock *s = sov_acquire(fd);
-    if (!s)
+    if (!s) {
+        closed_meanwhile = false; /* not in the table: fell back, or never ours */
         return -1;
+    }
     ssize_t r = sov_do_send(s, iov, iovcnt, flags);
-    closed_meanwhile = r == -EBADF && s->closing;
+    if (r == -EBADF)
+        closed_meanwhile = s->closing;
     sov_release(s);
     return send_result(r, flags);
 }
@@ -295,10 +299,13 @@ ssize_t sov_recvv(int fd, const struct iovec *iov, int iovcnt, int flags)
     if (iovcnt < 0 || iovcnt > IOV_MAX)
         return fail(-EINVAL);
     struct sov_sock *s = sov_acquire(fd);
-    if (!s)
+    if (!s) {
+        closed_meanwhile = false; /* not in the table: fell back, or never ours */
         return -1;
+    }
     ssize_t r = sov_do_recv(s, iov, iovcnt, flags);
-    closed_meanwhile = r == -EBADF && s->closing;
+    if (r == -EBADF)
+        closed_meanwhile = s->closing;
     sov_release(s);
     if (r < 0) {
         errno = (int)-r;
