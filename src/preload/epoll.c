@@ -719,20 +719,8 @@ static bool futex_hold(struct epset *s, struct sov_futex_sleep *f)
 static int futex_doze(int epfd, struct epset *s, struct epoll_event *out, int max, int ms,
                       bool kernel_first, bool *pending, const struct sov_sigwatch *sig, int *n)
 {
-#if defined(__SANITIZE_THREAD__)
-    /* ThreadSanitizer runs a handler for a signal that came during a raw
-     * system call only once the thread is back in an intercepted call (as
-     * for futex_block in data.c): the count had not moved when the futex
-     * sleep ended, the sleep began again, and epoll_pwait with an
-     * SA_RESTART handler returned 0 at its timeout instead of EINTR
-     * (preload/epoll signal_during_wait, 1 run in 10). The usual sleep is
-     * a poll, which it intercepts. */
-    (void)epfd, (void)s, (void)out, (void)max, (void)ms, (void)kernel_first, (void)pending;
-    (void)sig, (void)n;
-    return 0;
-#endif
     struct sov_futex_sleep f;
-    if (VipxSleepArm(&f.w[0]) != VIP_SUCCESS)
+    if (!SOV_FUTEX_SLEEPS || VipxSleepArm(&f.w[0]) != VIP_SUCCESS)
         return 0;
     *n = harvest(epfd, s, out, max, ASK_IF_ANY, kernel_first, pending);
     if (*n || *pending) {

@@ -406,16 +406,6 @@ int sov_futex_sleep(struct sov_futex_sleep *f, int ms, const struct sov_sigwatch
  */
 static int futex_block(struct sov_sock *s, int *err)
 {
-#if defined(__SANITIZE_THREAD__)
-    /* ThreadSanitizer runs a handler for a signal that came during a raw
-     * system call only once the thread is back in an intercepted call: the
-     * count would not have moved when futex_waitv returns EINTR, so the
-     * preload would restart the recv, and the handler never runs (preload/
-     * threads signal_eintr hung 1 run in 3). poll() is intercepted. */
-    (void)s;
-    (void)err;
-    return 0;
-#endif
     struct sov_conn *c = s->conn;
     VIPX_SLEEP_WORD w[2];
     int bound = -1;
@@ -425,8 +415,9 @@ static int futex_block(struct sov_sock *s, int *err)
      * lock held, as a handler is deferred to the last lock's release.
      * Not while a migration waits for a deadline. */
     struct sov_sigwatch sig = sov_sigwatch_start();
-    if (!sig.count || sov_locks_held != 1 || !c || !c->vi || s->tp_waiting || c->peer_mig ||
-        sov_mig_ours_moving(c) || VipxSleepArm(&w[0]) != VIP_SUCCESS)
+    if (!SOV_FUTEX_SLEEPS || !sig.count || sov_locks_held != 1 || !c || !c->vi ||
+        s->tp_waiting || c->peer_mig || sov_mig_ours_moving(c) ||
+        VipxSleepArm(&w[0]) != VIP_SUCCESS)
         return 0;
     *err = 0;
     if (sov_progress(s) > 0 || s->dead) {

@@ -230,14 +230,8 @@ void sov_doze_disarm(const struct pollfd *cq, int rc)
  * word is rung by the process's ringers (a close, a connection's news) and
  * by the preload's signal trampoline; so only where handlers are counted
  * (sovia run): a futex_waitv is restarted after an SA_RESTART handler,
- * where poll must fail with EINTR. Not under ThreadSanitizer, which runs a
- * handler for a signal that came in a raw system call only at the thread's
- * next intercepted call (as data.c's futex_block). */
-#if defined(__SANITIZE_THREAD__)
-#define FUTEX_POLL 0
-#else
-#define FUTEX_POLL 1
-#endif
+ * where poll must fail with EINTR. Not under ThreadSanitizer
+ * (SOV_FUTEX_SLEEPS). */
 
 /* Counts the thread into each entry's connection, whose VI then stays
  * (sov_conn_destroy waits), and arms its word; the arming looks at the
@@ -279,7 +273,7 @@ static int futex_doze(struct pollfd *fds, nfds_t n, int ms, const struct sov_sig
                       struct pollfd *kfds, nfds_t *nk, nfds_t *kmap, bool *tentative, int *ready)
 {
     struct sov_futex_sleep f;
-    if (!FUTEX_POLL || !sig->count || VipxSleepArm(&f.w[0]) != VIP_SUCCESS)
+    if (!SOV_FUTEX_SLEEPS || !sig->count || VipxSleepArm(&f.w[0]) != VIP_SUCCESS)
         return 0;
     *ready = scan(fds, n, false, kfds, nk, kmap, tentative);
     if (*ready || *nk || *tentative || !futex_hold(fds, n, &f)) {

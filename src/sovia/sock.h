@@ -525,6 +525,21 @@ void sov_conn_destroy(struct sov_conn *c);
  * not armed, nothing held. */
 bool sov_conn_sleep_hold(struct sov_conn *c, VIPX_SLEEP_WORD *w, int *bound);
 void sov_conn_sleep_release(struct sov_conn *c);
+/* Whether a wait may sleep on futex words at all (the blocked recv/send's
+ * futex_block, sov_poll's and the preload's epoll's futex_doze): not under
+ * ThreadSanitizer, which runs a handler for a signal that came in a raw
+ * system call only at the thread's next intercepted call, so the sigwatch
+ * count had not moved when futex_waitv ended with EINTR, the sleep began
+ * again and the call never failed with EINTR (preload/threads signal_eintr
+ * hung 1 run in 3; preload/epoll signal_during_wait returned 0 at its
+ * timeout). Those waits sleep the CQ's way then, in poll(), which it
+ * intercepts. */
+#if defined(__SANITIZE_THREAD__)
+#define SOV_FUTEX_SLEEPS 0
+#else
+#define SOV_FUTEX_SLEEPS 1
+#endif
+
 /* A futex sleep on a few connections (sov_poll's, the preload's epoll's):
  * the thread's own word first (VipxSleepArm), then each held connection's;
  * `bound` the shortest of their bounds (ms, -1: none). */
