@@ -57,16 +57,23 @@ int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *loc
     return err;
 }
 
+/* The TCP/IP port a token socket has now (0: none yet, or no such socket). */
+static uint16_t token_port(int token)
+{
+    struct sockaddr_storage a;
+    socklen_t len = sizeof(a);
+    if (getsockname(token, (struct sockaddr *)&a, &len) != 0 ||
+        (a.ss_family != AF_INET && a.ss_family != AF_INET6))
+        return 0;
+    return sov_addr_port((struct sockaddr *)&a);
+}
+
 uint16_t sov_pending_port(struct pending *p)
 {
     uint16_t port = sov_addr_port((struct sockaddr *)&p->peer);
     if (port || !p->unbound || p->token < 0 || p->foreign)
         return port;
-    struct sockaddr_storage a;
-    socklen_t len = sizeof(a);
-    if (getsockname(p->token, (struct sockaddr *)&a, &len) != 0 ||
-        (a.ss_family != AF_INET && a.ss_family != AF_INET6) ||
-        (port = sov_addr_port((struct sockaddr *)&a)) == 0)
+    if ((port = token_port(p->token)) == 0)
         return 0;
     /* Only the port: an IPv4 client of a dual-stack listener keeps the
      * listener's family here; the token's proof compares the addresses. */
@@ -148,14 +155,9 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
         }
         uint64_t now = sov_now_ns();
         bool arriving = l->establishing_port == port || now - start < patience_ns;
-        if (l->establishing_port == SOV_ESTABLISHING_ANY && !arriving) {
-            struct sockaddr_storage t;
-            socklen_t tl = sizeof(t);
+        if (l->establishing_port == SOV_ESTABLISHING_ANY && !arriving)
             arriving = l->establishing_token < 0 || /* another user's: cannot tell */
-                       (getsockname(l->establishing_token, (struct sockaddr *)&t, &tl) == 0 &&
-                        (t.ss_family == AF_INET || t.ss_family == AF_INET6) &&
-                        sov_addr_port((struct sockaddr *)&t) == port);
-        }
+                       token_port(l->establishing_token) == port;
         if (c || !arriving || (now > end && now - start >= patience_ns))
             break;
         /* A redirected client that could not follow fell back: its bytes,
