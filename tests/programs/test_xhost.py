@@ -38,7 +38,9 @@ class Xhost(unittest.TestCase):
     def setUp(self):
         global CURRENT
         CURRENT = self
-        self.dir = tempfile.mkdtemp(prefix="sovia-xhost-")
+        # Not named *sovia*: the isolation and cleanup tests take such an
+        # entry of /tmp, made while they run beside this one, for a leak.
+        self.dir = tempfile.mkdtemp(prefix="xhost-test-")
         self.key = self.make_key("key")
         self.procs = []
         self.port = 5000 + len(self.id()) % 50  # each case's hosts are fresh anyway
