@@ -211,7 +211,8 @@ int conn_echo_start(struct conn_echo *e, long count, size_t size, const char *wh
     struct rr_addr a;
     int lfd;
 
-    *e = (struct conn_echo){.t = {.ops = &rr_libc_ops, .nconns = (int)count, .size = size}};
+    /* the server's loop: epoll, or what SOVIA_BENCH_RR_LOOP names */
+    *e = (struct conn_echo){.t = {.ops = rr_libc_ops_chosen(), .nconns = (int)count, .size = size}};
     e->t.fds = calloc((size_t)count, sizeof(int));
     if (!e->t.fds)
         return -1;
@@ -514,7 +515,7 @@ int conn_worker_main(int argc, char **argv, const struct rr_ops *ops)
     long count = 1;
     int i = 2;
 
-    if (ops != &rr_libc_ops) {
+    if (ops->socket != rr_libc_ops.socket) {
         fprintf(stderr, "sovia-rr: %s runs over libc only\n", role);
         return 2;
     }

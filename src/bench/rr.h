@@ -123,6 +123,10 @@ int rr_push(const struct rr_ops *ops, void *loop, int fd, uint32_t token,
 
 extern const struct rr_ops rr_libc_ops;      /* rr_libc.c: epoll */
 extern const struct rr_ops rr_libc_poll_ops; /* rr_libc.c: poll (SOVIA_BENCH_RR_LOOP=poll) */
+/* rr_libc.c: epoll, one-shot entries re-armed per event (SOVIA_BENCH_RR_LOOP=oneshot) */
+extern const struct rr_ops rr_libc_oneshot_ops;
+/* rr_libc.c: the libc ops SOVIA_BENCH_RR_LOOP names (epoll by default) */
+const struct rr_ops *rr_libc_ops_chosen(void);
 /* rr_pollset.c: the loop functions over a pollfd array, waiting with `wait`. */
 void *rr_pollset_new(int cap, int (*wait)(struct pollfd *fds, nfds_t n, int timeout_ms));
 int rr_pollset_add(void *l, int fd, uint32_t token);

@@ -1,5 +1,6 @@
 /* rr_libc.c - the socket calls of `sovia bench rr` through plain libc, one
- * epoll instance per thread (or, rr_libc_poll_ops, a poll(2) loop): kernel
+ * epoll instance per thread (or, rr_libc_poll_ops, a poll(2) loop;
+ * rr_libc_oneshot_ops, one-shot entries re-armed per event): kernel
  * TCP and AF_UNIX, and under the preload library exactly what an
  * unmodified epoll (or poll) server gets from `sovia run`. */
 #include "rr.h"
@@ -7,6 +8,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -130,6 +132,61 @@ const struct rr_ops rr_libc_ops = {
     .loop_free = libc_loop_free,
 };
 
+/* One-shot epoll: each entry fires once and is re-armed (EPOLL_CTL_MOD)
+ * after its event, as thread-pool servers do, so every event costs an
+ * epoll_ctl. The entry's data keeps what re-arming needs: token (low 32
+ * bits), descriptor, and whether it asked for EPOLLOUT (bit 63). */
+#define ONESHOT_OUT (1ull << 63)
+
+static int oneshot_ctl(void *l, int op, int fd, uint32_t token, bool out)
+{
+    struct epoll_event ev = {
+        .events = EPOLLIN | EPOLLONESHOT | (out ? EPOLLOUT : 0),
+        .data.u64 = token | (uint64_t)(uint32_t)fd << 32 | (out ? ONESHOT_OUT : 0)};
+    return epoll_ctl(*(int *)l, op, fd, &ev);
+}
+
+static int oneshot_add(void *l, int fd, uint32_t token)
+{
+    return oneshot_ctl(l, EPOLL_CTL_ADD, fd, token, false);
+}
+
+static int oneshot_want_out(void *l, int fd, uint32_t token, bool out)
+{
+    return oneshot_ctl(l, EPOLL_CTL_MOD, fd, token, out);
+}
+
+static int oneshot_wait(void *l, struct rr_event *out, int max, int timeout_ms)
+{
+    struct epoll_event ev[BATCH];
+    int n = epoll_wait(*(int *)l, ev, max < BATCH ? max : BATCH, timeout_ms);
+
+    for (int i = 0; i < n; i++) {
+        uint64_t d = ev[i].data.u64;
+        int fd = (int)(uint32_t)(d >> 32 & 0x7fffffffu);
+        out[i].token = (uint32_t)d;
+        out[i].in = ev[i].events & EPOLLIN;
+        out[i].out = ev[i].events & EPOLLOUT;
+        out[i].err = ev[i].events & (EPOLLERR | EPOLLHUP);
+        /* Re-armed before the caller handles it: an event that comes
+         * meanwhile is reported by the next wait, none is lost. */
+        if (!out[i].err && oneshot_ctl(l, EPOLL_CTL_MOD, fd, out[i].token, d & ONESHOT_OUT) != 0)
+            out[i].err = true;
+    }
+    return n;
+}
+
+const struct rr_ops rr_libc_oneshot_ops = {
+    .name = "libc-oneshot",
+    LIBC_SOCKET_CALLS,
+    .loop_new = libc_loop_new,
+    .loop_add = oneshot_add,
+    .loop_want_out = oneshot_want_out,
+    .loop_del = libc_loop_del,
+    .loop_wait = oneshot_wait,
+    .loop_free = libc_loop_free,
+};
+
 static int libc_poll(struct pollfd *fds, nfds_t n, int timeout_ms)
 {
     return poll(fds, n, timeout_ms);
@@ -150,3 +207,13 @@ const struct rr_ops rr_libc_poll_ops = {
     .loop_wait = rr_pollset_wait,
     .loop_free = rr_pollset_free,
 };
+
+const struct rr_ops *rr_libc_ops_chosen(void)
+{
+    const char *loop = getenv("SOVIA_BENCH_RR_LOOP");
+    if (loop && strcmp(loop, "poll") == 0)
+        return &rr_libc_poll_ops;
+    if (loop && strcmp(loop, "oneshot") == 0)
+        return &rr_libc_oneshot_ops;
+    return &rr_libc_ops;
+}

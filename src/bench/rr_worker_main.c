@@ -3,13 +3,10 @@
  * preload library). Plain libc: it links neither libsovia nor libvipl. */
 #include "rr.h"
 
-#include <stdlib.h>
-#include <string.h>
 
 int main(int argc, char **argv)
 {
-    /* SOVIA_BENCH_RR_LOOP=poll: each thread's loop is poll(2), not epoll. */
-    const char *loop = getenv("SOVIA_BENCH_RR_LOOP");
-    bool poll_loop = loop && strcmp(loop, "poll") == 0;
-    return rr_worker_main(argc, argv, poll_loop ? &rr_libc_poll_ops : &rr_libc_ops);
+    /* SOVIA_BENCH_RR_LOOP=poll: each thread's loop is poll(2), not epoll;
+     * =oneshot: epoll with one-shot entries re-armed after each event. */
+    return rr_worker_main(argc, argv, rr_libc_ops_chosen());
 }
