@@ -63,6 +63,12 @@ struct epset {
     pthread_mutex_t lock;
     struct item *v;
     unsigned n, cap;
+    /* v's index + 1 of each descriptor's entry (0: none), so that
+     * epoll_ctl costs the same with 10 entries as with 10,000 (a server
+     * re-arming one-shot entries calls it per event) */
+    unsigned *at;
+    unsigned at_cap;
+    unsigned counted[2]; /* entries of each kind */
     unsigned cursor; /* where the next scan starts: ready entries take turns */
     atomic_uint ncarried, nnested;
     atomic_int nkernel;         /* kernel entries added through us (may overcount) */
@@ -126,7 +132,10 @@ void epoll_after_fork_child(void)
 static void set_reset(struct epset *s, bool created)
 {
     pthread_mutex_lock(&s->lock);
+    for (unsigned i = 0; i < s->n; i++)
+        s->at[s->v[i].fd] = 0;
     s->n = 0;
+    s->counted[CARRIED] = s->counted[NESTED] = 0;
     s->cursor = 0;
     atomic_store(&s->ncarried, 0);
     atomic_store(&s->nnested, 0);
@@ -140,14 +149,27 @@ static void set_reset(struct epset *s, bool created)
 
 static struct item *find(struct epset *s, int fd)
 {
-    for (unsigned i = 0; i < s->n; i++)
-        if (s->v[i].fd == fd)
-            return &s->v[i];
-    return NULL;
+    if (fd < 0 || (unsigned)fd >= s->at_cap || !s->at[fd])
+        return NULL;
+    return &s->v[s->at[fd] - 1];
 }
 
-static struct item *append(struct epset *s)
+/* A new entry for fd (none yet), of this kind, its other fields zero. */
+static struct item *append(struct epset *s, int fd, enum kind kind)
 {
+    if (fd < 0)
+        return NULL;
+    if ((unsigned)fd >= s->at_cap) {
+        unsigned cap = s->at_cap ? s->at_cap : 64;
+        while (cap <= (unsigned)fd)
+            cap *= 2;
+        unsigned *at = realloc(s->at, cap * sizeof(*at));
+        if (!at)
+            return NULL;
+        memset(at + s->at_cap, 0, (cap - s->at_cap) * sizeof(*at));
+        s->at = at;
+        s->at_cap = cap;
+    }
     if (s->n == s->cap) {
         unsigned cap = s->cap ? s->cap * 2 : 8;
         struct item *v = realloc(s->v, cap * sizeof(*v));
@@ -156,21 +178,34 @@ static struct item *append(struct epset *s)
         s->v = v;
         s->cap = cap;
     }
+    s->at[fd] = s->n + 1;
+    s->counted[kind]++;
+    s->v[s->n] = (struct item){.fd = fd, .kind = kind};
     return &s->v[s->n++];
+}
+
+/* Sets an entry's events and data anew (its kind as it was given). */
+static void fill(struct item *it, const struct epoll_event *ev)
+{
+    *it = (struct item){.fd = it->fd, .kind = it->kind, .events = ev->events, .data = ev->data};
 }
 
 static void drop(struct epset *s, struct item *it)
 {
-    *it = s->v[--s->n];
+    s->at[it->fd] = 0;
+    s->counted[it->kind]--;
+    struct item *last = &s->v[--s->n];
+    if (it != last) {
+        *it = *last;
+        s->at[it->fd] = (unsigned)(it - s->v) + 1;
+    }
 }
 
 static short epoll_user_revents(int fd, short events);
 
 static void recount(struct epset *s)
 {
-    unsigned carried = 0, nested = 0;
-    for (unsigned i = 0; i < s->n; i++)
-        *(s->v[i].kind == CARRIED ? &carried : &nested) += 1;
+    unsigned carried = s->counted[CARRIED], nested = s->counted[NESTED];
     atomic_store(&s->ncarried, carried);
     atomic_store(&s->nnested, nested);
     atomic_store(&s->futex_after_ns, 0); /* may fit now */
@@ -436,10 +471,12 @@ static int ctl_carried(int epfd, int op, int fd, struct epoll_event *ev)
     } else { /* ADD (an entry of ours would be stale) or MOD */
         if (!it && op == EPOLL_CTL_MOD) /* added while still a kernel socket */
             count_kernel(s, -1);
-        if (!it && !(it = append(s)))
+        if (it && it->kind != CARRIED) /* a nested set's number, reused */
+            drop(s, it), it = NULL;
+        if (!it && !(it = append(s, fd, CARRIED)))
             err = ENOMEM;
         else
-            *it = (struct item){.fd = fd, .kind = CARRIED, .events = ev->events, .data = ev->data};
+            fill(it, ev);
     }
     recount(s);
     pthread_mutex_unlock(&s->lock);
@@ -486,10 +523,10 @@ static void kernel_changed(int epfd, int op, int fd, const struct epoll_event *e
     pthread_mutex_lock(&s->lock);
     count_kernel(s, op == EPOLL_CTL_ADD ? 1 : op == EPOLL_CTL_DEL ? -1 : 0);
     struct item *it = find(s, fd);
-    if (it && (op == EPOLL_CTL_DEL || op == EPOLL_CTL_ADD)) /* DEL, or a stale one */
-        drop(s, it), it = NULL;
-    if (nested && op != EPOLL_CTL_DEL && (it || (it = append(s))))
-        *it = (struct item){.fd = fd, .kind = NESTED, .events = ev->events, .data = ev->data};
+    if (it && (op == EPOLL_CTL_DEL || op == EPOLL_CTL_ADD || it->kind != NESTED))
+        drop(s, it), it = NULL; /* DEL, or a stale one */
+    if (nested && op != EPOLL_CTL_DEL && (it || (it = append(s, fd, NESTED))))
+        fill(it, ev);
     recount(s);
     pthread_mutex_unlock(&s->lock);
 }
