@@ -50,18 +50,25 @@ def report(out, *args, env=None):
     return p.returncode, p.stdout, p.stderr
 
 
-def leftovers():
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("report-")}
-
-
 class Report(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="rpt-test-")
-        self.before = leftovers()
+        # The report's scratch directories go to a TMPDIR of this test's own,
+        # so that another report run at the same time (a parallel ctest)
+        # cannot look like one of ours left behind.
+        self.scratch = os.path.join(self.tmp, "scratch")
+        os.mkdir(self.scratch)
+        self.old_tmpdir = os.environ.get("TMPDIR")
+        os.environ["TMPDIR"] = self.scratch
 
     def tearDown(self):
+        left = {n for n in os.listdir(self.scratch) if n.startswith("report-")}
+        if self.old_tmpdir is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = self.old_tmpdir
         shutil.rmtree(self.tmp, ignore_errors=True)
-        self.assertEqual(leftovers() - self.before, set(), "scratch directory left in /tmp")
+        self.assertEqual(left, set(), "scratch directory left in TMPDIR")
 
     def with_apps(self, scripts, only):
         """Runs the report's `only` experiments with a stand-in src/apps

@@ -36,7 +36,8 @@ class Mode:
     rr_transports: tuple     # against kernel tcp, first
     conns_count: int         # `sovia bench conns --count` (conns experiment)
     rate_clients: list       # `sovia bench connrate --clients`
-    rate_seconds: float      # counted seconds of each connrate run
+    rate_seconds: float      # counted seconds of each connrate run (and each epoll run)
+    epoll_count: int         # `sovia bench epoll --count` (1 % of them active)
 
 
 def _pow2(lo, hi):
@@ -56,7 +57,7 @@ MODES = {
                   ftp_sizes=[MB], rpc_sizes=[0, 64],
                   rr_pairs=[1, 2], rr_conns=[1], rr_seconds=0.2,
                   rr_transports=("tcp", "preload"),
-                  conns_count=50, rate_clients=[1], rate_seconds=0.2),
+                  conns_count=50, rate_clients=[1], rate_seconds=0.2, epoll_count=100),
     "quick": Mode("quick", rounds=3, lat_target_s=0.015,
                   lat_sizes=[4, 16, 64, 256, KB, 2 * KB, 4 * KB, 8 * KB, 32 * KB],
                   fig5_sizes=[4, 64, KB, 4 * KB],
@@ -68,7 +69,8 @@ MODES = {
                   ftp_sizes=[FTP_SMALL], rpc_sizes=[0, 256, KB, 4 * KB],
                   rr_pairs=[1, 4, 16], rr_conns=[1, 16], rr_seconds=0.5,
                   rr_transports=("tcp", "preload"),
-                  conns_count=1000, rate_clients=[1, 8], rate_seconds=0.5),
+                  conns_count=1000, rate_clients=[1, 8], rate_seconds=0.5,
+                  epoll_count=1000),
     "full": Mode("full", rounds=3, lat_target_s=0.15, lat_sizes=TABLE_SIZES,
                  fig5_sizes=[4, 16, 64, 256, KB, 2 * KB, 4 * KB],
                  bw_sizes=_pow2(4, 64 * KB), bw_seconds=0.5,
@@ -81,7 +83,8 @@ MODES = {
                  rpc_sizes=[0, 64, 256, 512, KB, 2 * KB, 4 * KB],
                  rr_pairs=[1, 2, 4, 8, 16], rr_conns=[1, 16], rr_seconds=2.0,
                  rr_transports=("tcp", "preload", "sovia-adaptive"),
-                 conns_count=3000, rate_clients=[1, 8], rate_seconds=2.0),
+                 conns_count=3000, rate_clients=[1, 8], rate_seconds=2.0,
+                 epoll_count=10000),
 }
 
 
