@@ -301,9 +301,10 @@ static void sock_release(void *shared)
     /* uds: the driver's end was closed in teardown, the peer's in setup. */
     if (s->ks) {
         uint64_t st[KSOCK_NSTATS];
-        if (ksock_stats(s->ks, st) == 0 && st[KSOCK_STAT_PASSED])
-            fprintf(stderr, "ksovia: note: %llu sends went by TCP (no peer in the sockhash)\n",
-                    (unsigned long long)st[KSOCK_STAT_PASSED]);
+        if (ksock_stats(s->ks, st) == 0 && (st[KSOCK_STAT_PASSED] || !st[KSOCK_STAT_REDIRECTED]))
+            fprintf(stderr, "ksovia: note: %llu sends went by TCP, %llu were redirected\n",
+                    (unsigned long long)st[KSOCK_STAT_PASSED],
+                    (unsigned long long)st[KSOCK_STAT_REDIRECTED]);
         ksock_close(s->ks);
     }
     free(s);
@@ -352,8 +353,7 @@ const struct bench_transport bench_transport_uds = {
  * socket (src/ksock/ksock.bpf.c), past TCP/IP. */
 const struct bench_transport bench_transport_ksovia = {
     .name = "ksovia",
-    .summary = "kernel TCP over 127.0.0.1 with KSOVIA's BPF redirect (sockhash + sk_msg to the "
-               "peer's ingress), blocking",
+    .summary = "kernel TCP over 127.0.0.1, BPF hands each send to the peer socket (KSOVIA)",
     .polling = false,
     .prepare = prepare_ksovia,
     SOCK_OPS,
