@@ -73,6 +73,7 @@ int ksock_collect(struct bpf_sock_ops *ops)
     if (ops->op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB &&
         ops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
         return 1;
+    k.netns = bpf_get_netns_cookie(ops);
     k.family = ops->family;
     if (k.family == AF_INET) {
         if (!loopback4(ops->local_ip4) || !loopback4(ops->remote_ip4))
@@ -117,6 +118,7 @@ int ksock_redirect(struct sk_msg_md *msg)
                    msg->remote_ip6[3]};
     __u32 lport = msg->local_port, rport = bpf_ntohl(msg->remote_port);
 
+    self.netns = peer.netns = bpf_get_netns_cookie(msg);
     self.family = peer.family = family;
     if (family == AF_INET) {
         self.local[3] = peer.remote[3] = l4;

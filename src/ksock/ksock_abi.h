@@ -10,14 +10,18 @@
 #define KSOCK_MAX_SOCKETS 65536
 
 /* One socket's own view of its connection; its peer's key is the same
- * with local and remote swapped. Addresses in network order (IPv4 in
- * [3]), ports in host order. */
+ * with local and remote swapped. The network namespace is part of it: two
+ * namespaces' loopback connections may have the same four addresses.
+ * Addresses in network order (IPv4 in [3]), ports in host order. No
+ * padding: the whole key is hashed. */
 struct ksock_key {
+    __u64 netns;   /* the namespace's cookie (SO_NETNS_COOKIE) */
     __u32 family;
     __u32 local[4];
     __u32 remote[4];
     __u32 local_port;
     __u32 remote_port;
+    __u32 zero;
 };
 
 enum ksock_stat {

@@ -18,6 +18,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+_Static_assert(sizeof(struct ksock_key) == 56, "struct ksock_key has padding");
+
 extern const unsigned char ksock_bpf_obj[];
 extern const size_t ksock_bpf_obj_len;
 
@@ -190,12 +192,13 @@ int ksock_stats(const struct ksock *k, uint64_t out[KSOCK_NSTATS])
 static int key_of(int fd, struct ksock_key *key)
 {
     struct sockaddr_storage l, r;
-    socklen_t ll = sizeof l, rl = sizeof r;
+    socklen_t ll = sizeof l, rl = sizeof r, nl = sizeof key->netns;
 
-    if (getsockname(fd, (struct sockaddr *)&l, &ll) != 0 ||
-        getpeername(fd, (struct sockaddr *)&r, &rl) != 0)
-        return -errno;
     memset(key, 0, sizeof *key);
+    if (getsockname(fd, (struct sockaddr *)&l, &ll) != 0 ||
+        getpeername(fd, (struct sockaddr *)&r, &rl) != 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &key->netns, &nl) != 0)
+        return -errno;
     key->family = l.ss_family;
     if (l.ss_family == AF_INET) {
         const struct sockaddr_in *a = (void *)&l, *b = (void *)&r;

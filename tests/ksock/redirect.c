@@ -7,6 +7,8 @@
  *   - the same connection made after leaving the cgroup: not collected,
  *     its bytes go as TCP segments (what the first case would show without
  *     the redirect);
+ *   - the same four addresses in two network namespaces at once: four
+ *     sockets collected, each pair's bytes reach its own peer;
  *   - ksock_close leaves nothing: the cgroup directory, the two programs and
  *     the sockhash are gone (by their kernel ids);
  *   - an owner killed with SIGKILL: its watcher removes the cgroup.
@@ -21,7 +23,10 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <linux/tcp.h> /* tcpi_data_segs_out: not in glibc's struct */
+#include <net/if.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,21 +59,32 @@ static unsigned char stream_byte(size_t off, unsigned tag)
     return (unsigned char)(((uint32_t)off * 2654435761u) >> 13 ^ tag);
 }
 
-static void tcp_pair(int fds[2])
+/* A connected loopback pair; port 0: any, else the server's and client's
+ * ports are `port` and `port` + 1 (in a namespace of our own). */
+static void tcp_pair_at(int fds[2], uint16_t port)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                            .sin_port = htons(port)};
+    struct sockaddr_in c = a;
     socklen_t len = sizeof a;
     int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 
     CHECK(l >= 0 && bind(l, (void *)&a, sizeof a) == 0 && listen(l, 1) == 0);
     CHECK(getsockname(l, (void *)&a, &len) == 0);
     fds[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    CHECK(fds[0] >= 0 && connect(fds[0], (void *)&a, sizeof a) == 0);
+    c.sin_port = htons(port ? port + 1 : 0);
+    CHECK(fds[0] >= 0 && bind(fds[0], (void *)&c, sizeof c) == 0);
+    CHECK(connect(fds[0], (void *)&a, sizeof a) == 0);
     fds[1] = accept4(l, NULL, NULL, SOCK_CLOEXEC);
     CHECK(fds[1] >= 0);
     CHECK(setsockopt(fds[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0);
     CHECK(setsockopt(fds[1], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0);
     close(l);
+}
+
+static void tcp_pair(int fds[2])
+{
+    tcp_pair_at(fds, 0);
 }
 
 /* One end, in a child: a grandchild sends its stream in sends of varying
@@ -117,14 +133,19 @@ static pid_t end_proc(int fd, unsigned tag, unsigned peer_tag)
 }
 
 /* Both directions at once, every byte checked. */
-static void exchange(int fds[2])
+static void exchange_tags(int fds[2], unsigned tag)
 {
-    pid_t a = end_proc(fds[0], 0x5a, 0xa5), b = end_proc(fds[1], 0xa5, 0x5a);
+    pid_t a = end_proc(fds[0], tag, tag ^ 0xff), b = end_proc(fds[1], tag ^ 0xff, tag);
     int sa, sb;
 
     CHECK(waitpid(a, &sa, 0) == a && waitpid(b, &sb, 0) == b);
     CHECK(WIFEXITED(sa) && WEXITSTATUS(sa) == 0);
     CHECK(WIFEXITED(sb) && WEXITSTATUS(sb) == 0);
+}
+
+static void exchange(int fds[2])
+{
+    exchange_tags(fds, 0x5a);
 }
 
 static uint32_t data_segs_out(int fd)
@@ -183,6 +204,75 @@ static void outside(struct ksock *k)
     CHECK(data_segs_out(fds[0]) > 0 && data_segs_out(fds[1]) > 0);
     close(fds[0]);
     close(fds[1]);
+}
+
+/* In a new network namespace (loopback up), once both children have their
+ * connection on the same four addresses, exchange: each stream tagged by
+ * its namespace, so bytes delivered across namespaces fail the check. */
+static pid_t netns_child(unsigned tag, int ready, int go)
+{
+    pid_t pid = fork();
+    struct ifreq ifr = {.ifr_name = "lo"};
+    int fds[2], s;
+    char c;
+
+    CHECK(pid >= 0);
+    if (pid > 0)
+        return pid;
+    if (unshare(CLONE_NEWNET) != 0)
+        _exit(77);
+    s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(s >= 0 && ioctl(s, SIOCGIFFLAGS, &ifr) == 0);
+    ifr.ifr_flags |= IFF_UP;
+    CHECK(ioctl(s, SIOCSIFFLAGS, &ifr) == 0);
+    close(s);
+    tcp_pair_at(fds, 40000);
+    CHECK(write(ready, "r", 1) == 1);
+    CHECK(read(go, &c, 1) == 1);
+    exchange_tags(fds, tag);
+    _exit(0);
+}
+
+static void namespaces(struct ksock *k)
+{
+    uint64_t before[KSOCK_NSTATS], after[KSOCK_NSTATS];
+    int ready[2], go[2], st;
+    pid_t a, b;
+    char c;
+
+    CHECK(ksock_enter(k, 0) == 0);
+    CHECK(pipe(ready) == 0 && pipe(go) == 0);
+    CHECK(ksock_stats(k, before) == 0);
+    a = netns_child(0x11, ready[1], go[0]);
+    b = netns_child(0x22, ready[1], go[0]);
+    if (read(ready[0], &c, 1) != 1 || read(ready[0], &c, 1) != 1) {
+        CHECK(waitpid(a, &st, 0) == a);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+            printf("namespaces: no network namespace here, not checked\n");
+            kill(b, SIGKILL);
+            waitpid(b, NULL, 0);
+            return;
+        }
+        CHECK(!"a namespace child failed");
+    }
+    CHECK(write(go[1], "gg", 2) == 2);
+    CHECK(waitpid(a, &st, 0) == a && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(waitpid(b, &st, 0) == b && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(ksock_stats(k, after) == 0);
+    printf("two namespaces, same addresses: collected %llu (refused %llu), redirected %llu "
+           "bytes\n",
+           (unsigned long long)(after[KSOCK_STAT_COLLECTED] - before[KSOCK_STAT_COLLECTED]),
+           (unsigned long long)(after[KSOCK_STAT_COLLECT_FAILED] -
+                                before[KSOCK_STAT_COLLECT_FAILED]),
+           (unsigned long long)(after[KSOCK_STAT_REDIRECTED_BYTES] -
+                                before[KSOCK_STAT_REDIRECTED_BYTES]));
+    CHECK(after[KSOCK_STAT_COLLECTED] - before[KSOCK_STAT_COLLECTED] == 4);
+    CHECK(after[KSOCK_STAT_REDIRECTED_BYTES] - before[KSOCK_STAT_REDIRECTED_BYTES] ==
+          4ull * STREAM);
+    for (int i = 0; i < 2; i++) {
+        close(ready[i]);
+        close(go[i]);
+    }
 }
 
 /* The kernel frees programs and maps a moment after their last reference. */
@@ -271,6 +361,7 @@ int main(void)
         return skip(why);
     printf("cgroup %s\n", ksock_cgroup(k));
     redirected(k);
+    namespaces(k);
     outside(k);
     closes_clean(k);
     killed_owner();
