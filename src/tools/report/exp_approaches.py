@@ -32,6 +32,7 @@ NAME = "approaches"
 TITLE = "The approaches of seed 003 Table 2: latency (Fig. 4) and bandwidth (Fig. 5)"
 LAT_F, BW_F = "one_way_p50_us", "gbps"
 LAT_SIZES = (4, 8, 16, 32)
+QUICK_BW = (4, 256, 4096, 32768)
 NOSPIN = "nospin"  # exp_overhead's key variant for the default placement: shared runs
 
 # (mechanism, transport, env, key variant), in the paper's Fig. 4 order.
@@ -89,16 +90,23 @@ def _lat_sizes(mode):
     return [s for s in LAT_SIZES if mode.name != "smoke" or s in (4, 32)]
 
 
+def _bw_sizes(mode):
+    """The full report's every size; --quick four of Fig. 5's (its 5-minute budget)."""
+    if mode.name == "quick":
+        return [s for s in mode.bw_sizes if s in QUICK_BW]
+    return list(mode.bw_sizes)
+
+
 def plan(mode, ctx):
     jobs = []
     for mech, t, env, variant in MECHANISMS:
         if t == "lane" and not ctx.bench_has("lane"):
             continue
         jobs += [bj.lat(mode, t, s, env=env, variant=variant) for s in _lat_sizes(mode)]
-        jobs += [bj.bw(mode, t, s, env=env, variant=variant) for s in mode.bw_sizes]
+        jobs += [bj.bw(mode, t, s, env=env, variant=variant) for s in _bw_sizes(mode)]
     for t in KERNEL:
         jobs += [bj.lat(mode, t, s) for s in _lat_sizes(mode)]
-        jobs += [bj.bw(mode, t, s) for s in mode.bw_sizes]
+        jobs += [bj.bw(mode, t, s) for s in _bw_sizes(mode)]
     return jobs
 
 
@@ -125,12 +133,12 @@ def _measure(mode, store):
     out = {}
     for label, t, _, variant in [m for m in MECHANISMS] + [(t, t, None, "") for t in KERNEL]:
         lk = {s: _key("lat", t, s, variant) for s in lat_sizes}
-        bk = {s: _key("bw", t, s, variant) for s in mode.bw_sizes}
+        bk = {s: _key("bw", t, s, variant) for s in _bw_sizes(mode)}
         m = {"transport": t,
              "lat": {s: store.median(lk[s], LAT_F) for s in lat_sizes},
-             "bw": {s: store.median(bk[s], BW_F) for s in mode.bw_sizes},
+             "bw": {s: store.median(bk[s], BW_F) for s in _bw_sizes(mode)},
              "lat_runs": {s: store.runs(lk[s], LAT_F) for s in lat_sizes},
-             "bw_runs": {s: store.runs(bk[s], BW_F) for s in mode.bw_sizes}}
+             "bw_runs": {s: store.runs(bk[s], BW_F) for s in _bw_sizes(mode)}}
         if not any(store.results(k) for k in [*lk.values(), *bk.values()]):
             m["absent"] = ("`sovia bench` has no lane transport (issue 22 item 1 is "
                            "another branch)" if t == "lane" else "not measured")
@@ -169,7 +177,7 @@ def _order_checks(mode, meas):
         ours = ", ".join(f"{num(x)} vs {num(y)}" for x, y in vals)
         checks.append(("lat", f"latency {a} < {b} at {'-'.join(map(size_text, lat_sizes))} B",
                        ours, ok, a, b))
-    big = 32 * 1024 if 32 * 1024 in mode.bw_sizes else mode.bw_sizes[-1]
+    big = 32 * 1024 if 32 * 1024 in _bw_sizes(mode) else _bw_sizes(mode)[-1]
     for a, b in BW_ORDER:
         if "absent" in meas[a] or "absent" in meas[b]:
             continue
@@ -193,8 +201,8 @@ def report(mode, store, out):
                     *[_with_spread(meas[l]["lat"][s], meas[l]["lat_runs"][s])
                       for s in lat_sizes]] for l in shown]))
     sec.add("Bandwidth, Gb/s (Fig. 5):",
-            table(["mechanism", *[size_text(s) for s in mode.bw_sizes]],
-                  [[l, *[meas[l]["bw"][s] for s in mode.bw_sizes]] for l in shown]))
+            table(["mechanism", *[size_text(s) for s in _bw_sizes(mode)]],
+                  [[l, *[meas[l]["bw"][s] for s in _bw_sizes(mode)]] for l in shown]))
     absent = [(l, meas[l]["absent"]) for l in labels if "absent" in meas[l]]
     if absent:
         sec.add("Absent: " + "; ".join(f"{l} ({w})" for l, w in absent) + ".")
@@ -227,8 +235,8 @@ def report(mode, store, out):
                                  for kd, c, o, ok, a, b in checks]}
     left = [{"label": l, "x": lat_sizes, "y": [meas[l]["lat"][s] for s in lat_sizes],
              "style": "x--" if l in KERNEL else "o-"} for l in shown]
-    right = [{"label": l, "x": list(mode.bw_sizes),
-              "y": [meas[l]["bw"][s] for s in mode.bw_sizes],
+    right = [{"label": l, "x": list(_bw_sizes(mode)),
+              "y": [meas[l]["bw"][s] for s in _bw_sizes(mode)],
               "style": "x--" if l in KERNEL else "o-"} for l in shown]
     sec.plot(plots.lines(out, "approaches.png", "one-way latency (Fig. 4)",
                          "message size (bytes)", "microseconds", left, logy=True,
