@@ -24,7 +24,7 @@ Latency: `sovia bench lat` ping-pong, one-way = half the round trip, 4 to
 TCP_NODELAY everywhere (the paper's LANEVI had Nagle's algorithm on, which
 is why it led below 2 KB there). Each value is the median over the rounds."""
 from . import benchjobs as bj
-from . import plots
+from . import paper, plots
 from .md import Section, checks_table, num, prose, table
 from .modes import size_text
 
@@ -195,9 +195,11 @@ def report(mode, store, out):
     labels = [m for m, *_ in MECHANISMS] + list(KERNEL)
     shown = [l for l in labels if "absent" not in meas[l]]
     sec.add("One-way latency, microseconds (Fig. 4); in brackets the spread over rounds "
-            "((max - min) / median):",
-            table(["mechanism", "transport", *[f"{size_text(s)} B" for s in lat_sizes]],
-                  [[l, meas[l]["transport"],
+            "((max - min) / median); paper: 4 B on cLAN (§4.2; KSOVIA and LANEVI from "
+            "Table 3's differences):",
+            table(["mechanism", "transport", "paper 4 B",
+                   *[f"{size_text(s)} B" for s in lat_sizes]],
+                  [[l, meas[l]["transport"], paper.FIG4_4B.get(l),
                     *[_with_spread(meas[l]["lat"][s], meas[l]["lat_runs"][s])
                       for s in lat_sizes]] for l in shown]))
     sec.add("Bandwidth, Gb/s (Fig. 5):",
