@@ -33,7 +33,8 @@ struct bench_transport {
     /* Transports that take --config (sovia): whether the label is known;
      * prints why not and returns -1 (bad usage). NULL: --config is refused. */
     int (*check_config)(const char *label);
-    /* Parent before fork: resources both processes inherit. May be NULL. */
+    /* Parent before fork: resources both processes inherit. May be NULL.
+     * BENCH_PREPARE_UNAVAILABLE: this machine cannot run it (said why). */
     int (*prepare)(const struct bench_params *p, size_t max_msg, void **shared);
     /* Each process after fork: connect and return an endpoint. */
     int (*setup)(void *shared, enum bench_role role, size_t max_msg, void **ep);
@@ -49,6 +50,8 @@ struct bench_transport {
     int (*run_external)(const struct bench_params *p);
 };
 
+#define BENCH_PREPARE_UNAVAILABLE (-2)
+
 const struct bench_transport *bench_find_transport(const char *name);
 
 extern const struct bench_transport bench_transport_limit;
@@ -57,6 +60,7 @@ extern const struct bench_transport bench_transport_tcp;
 extern const struct bench_transport bench_transport_tcp_nagle;
 extern const struct bench_transport bench_transport_tcp_poll;
 extern const struct bench_transport bench_transport_uds;
+extern const struct bench_transport bench_transport_ksovia;
 extern const struct bench_transport bench_transport_preload;
 extern const struct bench_transport bench_transport_vi;
 extern const struct bench_transport bench_transport_vi_copy;

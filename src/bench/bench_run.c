@@ -135,8 +135,13 @@ int bench_run(const struct bench_params *p)
         }
     }
 
-    if (t->prepare && t->prepare(p, carry, &shared) != 0)
-        return BENCH_EXIT_FAIL;
+    if (t->prepare && (rc = t->prepare(p, carry, &shared)) != 0) {
+        if (rc != BENCH_PREPARE_UNAVAILABLE)
+            return BENCH_EXIT_FAIL;
+        if (p->json) /* the reason is on stderr */
+            bench_out_unavailable(t->name, "", true);
+        return BENCH_EXIT_UNAVAILABLE;
+    }
     pid = bench_fork_peer();
     if (pid < 0) {
         if (t->release)

@@ -1,11 +1,13 @@
 /*
  * transport_socket.c - kernel sockets: tcp (blocking, 127.0.0.1),
  * tcp-nagle (tcp with Nagle's algorithm on, as the papers' TCP), tcp-poll
- * (nonblocking, receiver busy-polls) and uds (socketpair).
+ * (nonblocking, receiver busy-polls), uds (socketpair) and ksovia (tcp with
+ * KSOVIA's BPF redirect in force: src/ksock/).
  * Streams carry no boundaries; the lock-step protocol means each side
  * always knows how many bytes the next message has.
  */
 #include "bench_internal.h"
+#include "ksock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,13 +22,14 @@
 #define ACCEPT_TIMEOUT_S 10.0
 #define SPIN_CHECK (1u << 16)
 
-enum sock_kind { SOCK_TCP, SOCK_TCP_NAGLE, SOCK_TCP_POLL, SOCK_UDS };
+enum sock_kind { SOCK_TCP, SOCK_TCP_NAGLE, SOCK_TCP_POLL, SOCK_UDS, SOCK_KSOVIA };
 
 struct sock_shared {
     enum sock_kind kind;
     int listen_fd;          /* tcp: bound before fork so the port is known */
     struct sockaddr_in addr;
     int pair[2];            /* uds */
+    struct ksock *ks;       /* ksovia: the programs, our cgroup */
 };
 
 struct sock_ep {
@@ -39,7 +42,7 @@ struct sock_ep {
 static const char *kind_name(enum sock_kind k)
 {
     return k == SOCK_TCP ? "tcp" : k == SOCK_TCP_NAGLE ? "tcp-nagle"
-         : k == SOCK_TCP_POLL ? "tcp-poll" : "uds";
+         : k == SOCK_TCP_POLL ? "tcp-poll" : k == SOCK_KSOVIA ? "ksovia" : "uds";
 }
 
 static int sock_prepare(enum sock_kind kind, void **shared)
@@ -60,6 +63,21 @@ static int sock_prepare(enum sock_kind kind, void **shared)
         *shared = s;
         return 0;
     }
+    if (kind == SOCK_KSOVIA) {
+        char why[600];
+        int rc = ksock_open(&s->ks, why, sizeof why);
+        /* Before the listener and the peer exist: both are made in the
+         * cgroup, so both ends of the connection are collected. */
+        if (rc == 0 && (rc = ksock_enter(s->ks, 0)) != 0)
+            snprintf(why, sizeof why, "cannot move into %s: %s", ksock_cgroup(s->ks),
+                     strerror(-rc));
+        if (rc != 0) {
+            fprintf(stderr, "ksovia: unavailable (%s)\n", why);
+            ksock_close(s->ks);
+            free(s);
+            return BENCH_PREPARE_UNAVAILABLE;
+        }
+    }
     s->addr.sin_family = AF_INET;
     s->addr.sin_addr = bench_addr(BENCH_DRIVER); /* the driver listens */
     s->addr.sin_port = 0; /* ephemeral: no clash with other runs */
@@ -71,6 +89,7 @@ static int sock_prepare(enum sock_kind kind, void **shared)
                 strerror(errno));
         if (s->listen_fd >= 0)
             close(s->listen_fd);
+        ksock_close(s->ks);
         free(s);
         return -1;
     }
@@ -97,6 +116,13 @@ static int prepare_tcp_poll(const struct bench_params *p, size_t m, void **sh)
     (void)p;
     (void)m;
     return sock_prepare(SOCK_TCP_POLL, sh);
+}
+
+static int prepare_ksovia(const struct bench_params *p, size_t m, void **sh)
+{
+    (void)p;
+    (void)m;
+    return sock_prepare(SOCK_KSOVIA, sh);
 }
 
 static int prepare_uds(const struct bench_params *p, size_t m, void **sh)
@@ -149,6 +175,14 @@ static int sock_setup(void *shared, enum bench_role role, size_t max_msg, void *
     }
     if (ep->fd < 0) {
         fprintf(stderr, "%s: connect: %s\n", ep->name, strerror(errno));
+        free(ep);
+        return -1;
+    }
+    /* ksovia numbers must be the redirect's: both ends in the sockhash. */
+    if (s->ks && ksock_holds(s->ks, ep->fd) != 1) {
+        fprintf(stderr, "ksovia: the connection is not in the sockhash: the redirect is "
+                        "not in force\n");
+        close(ep->fd);
         free(ep);
         return -1;
     }
@@ -265,6 +299,14 @@ static void sock_release(void *shared)
     if (s->listen_fd >= 0)
         close(s->listen_fd);
     /* uds: the driver's end was closed in teardown, the peer's in setup. */
+    if (s->ks) {
+        uint64_t st[KSOCK_NSTATS];
+        if (ksock_stats(s->ks, st) == 0 && (st[KSOCK_STAT_PASSED] || !st[KSOCK_STAT_REDIRECTED]))
+            fprintf(stderr, "ksovia: note: %llu sends went by TCP, %llu were redirected\n",
+                    (unsigned long long)st[KSOCK_STAT_PASSED],
+                    (unsigned long long)st[KSOCK_STAT_REDIRECTED]);
+        ksock_close(s->ks);
+    }
     free(s);
 }
 
@@ -303,6 +345,17 @@ const struct bench_transport bench_transport_uds = {
     .summary = "AF_UNIX stream socketpair, blocking",
     .polling = false,
     .prepare = prepare_uds,
+    SOCK_OPS,
+};
+
+/* KSOVIA (seed 003) on today's kernel: the tcp code, both processes in a
+ * cgroup whose established loopback connections BPF carries socket to
+ * socket (src/ksock/ksock.bpf.c), past TCP/IP. */
+const struct bench_transport bench_transport_ksovia = {
+    .name = "ksovia",
+    .summary = "kernel TCP over 127.0.0.1, BPF hands each send to the peer socket (KSOVIA)",
+    .polling = false,
+    .prepare = prepare_ksovia,
     SOCK_OPS,
 };
 

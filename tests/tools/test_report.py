@@ -127,6 +127,46 @@ class Report(unittest.TestCase):
         with open(os.path.join(out, "commands.log")) as f:
             self.assertIn("bench lat --transport vi ", f.read())
 
+    def test_smoke_approaches(self):
+        """seed 003 Table 2's mechanisms as results.json rows; KSOVIA measured
+        where `sovia ksock --check` says it works here, else listed absent
+        with the reason; LANE absent until bench has a lane transport."""
+        out = os.path.join(self.tmp, "out")
+        rc, _, err = report(out, "--smoke", "--only", "approaches")
+        self.assertEqual(rc, 0, err)
+        d = self.load(out)
+        rows = d["approaches"]
+        by = {}
+        for r in rows:
+            self.assertEqual(set(r) >= {"mechanism", "size_bytes", "one_way_us", "gbps"}, True, r)
+            by.setdefault(r["mechanism"], {})[r["size_bytes"]] = r
+        ksock = subprocess.run([SOVIA, "ksock", "--check"], capture_output=True, text=True,
+                               timeout=TIMEOUT)
+        want = {"VIPL_POLL", "VIPL", "SOVIA_POLL", "SOVIA"} | (
+            {"KSOVIA"} if ksock.returncode == 0 else set())
+        self.assertEqual(set(by), want, (d["errors"], d["approaches_absent"]))
+        absent = {a["mechanism"]: a["why"] for a in d["approaches_absent"]}
+        if ksock.returncode != 0:
+            self.assertIn("KSOVIA", absent)
+        self.assertIn("LANE", absent)
+        for mech, sizes in by.items():
+            for size in (4, 32):  # Fig. 4's latency sizes (smoke: the ends)
+                v = sizes[size]["one_way_us"]
+                self.assertTrue(isinstance(v, float) and v > 0, (mech, size, v, d["errors"]))
+            for size in (1024, 65536):  # smoke's bandwidth sizes
+                v = sizes[size]["gbps"]
+                self.assertTrue(isinstance(v, float) and v > 0, (mech, size, v, d["errors"]))
+        self.assertEqual({r["transport"] for r in d["approaches_kernel"]}, {"tcp", "uds"})
+        for o in d["approaches_orderings"]:
+            if o["holds"] is False:
+                self.assertTrue(o["why"] is None or len(o["why"]) > 20, o)
+        with open(os.path.join(out, "REPORT.md")) as f:
+            md = f.read()
+        self.assertIn("the paper's ordering", md)
+        with open(os.path.join(out, "commands.log")) as f:
+            log = f.read()
+        self.assertIn("bench lat --transport ksovia ", log)
+
     def test_hooks_run_the_application_scripts(self):
         md, d = self.with_apps({"ftp/ftp_run.py": FAKE_FTP, "rpc/rpc_bench.py": FAKE_RPC},
                                "ftp,rpc")
@@ -174,7 +214,7 @@ class Report(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         names = [l.split()[0] for l in p.stdout.splitlines() if l.strip()]
         self.assertEqual(names, ["latency", "wakeup", "bandwidth", "waitmodes", "netpipe",
-                                 "overhead", "model", "peers", "ftp", "rpc", "issues", "load",
+                                 "overhead", "approaches", "model", "peers", "ftp", "rpc", "issues", "load",
                                  "conns"])
 
 

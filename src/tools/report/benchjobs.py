@@ -14,7 +14,8 @@ _COST = {
     "vi-copy": (0.3, 0.0002), "vi-block": (0.3, 0.00015), "vi-notify": (45, 0.0002),
     "sovia": (0.3, 0.00016),
     "sovia-adaptive": (0.4, 0.00016), "sovia-block": (8, 0.0002), "tcp": (10, 0.0003),
-    "tcp-poll": (3, 0.0003), "uds": (6, 0.0003), "preload": (0.5, 0.0002),
+    "tcp-poll": (3, 0.0003), "uds": (6, 0.0003), "ksovia": (6, 0.0003),
+    "preload": (0.5, 0.0002),
     "ucx": (0.5, 0.0002),
 }
 # Pure blocking (no spin before sleeping): a wake-up costs tens of us.

@@ -75,6 +75,7 @@ class Section:
     data: dict = field(default_factory=dict)      # what goes into results.json
     plots: list = field(default_factory=list)     # PNG file names in the out dir
     headline: list = field(default_factory=list)  # one-line findings for the summary
+    extra: dict = field(default_factory=dict)     # more top-level keys of results.json
 
     def add(self, *parts):
         self.body.extend(parts)

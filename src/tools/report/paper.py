@@ -69,6 +69,9 @@ NETPIPE_SRC = "seed 001 Table 1 and §5.2 (Fig. 2-3)"
 OVERHEAD_LAT = {"VIPL_POLL": 9.2, "VIPL": 18.8, "SOVIA_POLL": 10.5, "SOVIA": 20.0}
 OVERHEAD = {"socket": 1.3, "kernel_services": 9.6, "kernel_sockets": 1.7, "tcpip": 5.5}
 OVERHEAD_SRC = "seed 003 Table 3 and §4.2 (Fig. 4)"
+# seed 003 Fig. 4 at 4 B, us: the text's four, and KSOVIA and LANEVI from
+# Table 3's differences (SOVIA + 1.7, then + 5.5).
+FIG4_4B = dict(OVERHEAD_LAT, KSOVIA=21.7, LANE=27.2)
 
 # seed 003 §4.4, Eq. 8 and 11: BW(L) = L / (alpha L + beta).
 EQ8 = {"alpha_us_per_byte": 0.0094, "beta_sovia_us": 5.48, "beta_ksovia_us": 6.68}
@@ -103,7 +106,7 @@ def all_figures():
         "latency_clan": {str(k): dict(zip(LAT_COLUMNS, v)) for k, v in LAT_CLAN.items()},
         "latency_mvia": {str(k): dict(zip(LAT_COLUMNS, v)) for k, v in LAT_MVIA.items()},
         "fig5": FIG5, "tsync": TSYNC, "bandwidth": BW, "wait_modes": WAIT,
-        "netpipe": NETPIPE, "overhead_latency": OVERHEAD_LAT, "overhead": OVERHEAD,
+        "netpipe": NETPIPE, "overhead_latency": OVERHEAD_LAT, "fig4_4b": FIG4_4B, "overhead": OVERHEAD,
         "eq8": EQ8,
         "ftp": [{"source": s, "size_bytes": n,
                  "rows": {k: {"seconds": v[0], "mbps": v[1]} for k, v in d.items()}}

@@ -52,6 +52,7 @@ def write(out, meta, sections, store, paper_figures, no_plots_why):
     results = {"meta": meta, "summary": heads}
     for s in sections:
         results[s.name] = s.data
+        results.update(s.extra)
     results.update(plots=plots, errors=[{"run": l, "error": m} for l, m in store.errors],
                    paper=paper_figures, raw=store.dump())
     with open(os.path.join(out, "results.json"), "w") as f:

@@ -16,6 +16,7 @@ static const struct sovia_command commands[] = {
     {"run", "run an unmodified program with its TCP connections carried by sovia", cmd_run},
     {"env", "print the shell settings that run every program under sovia", cmd_env},
     {"stat", "list your live sovia connections (like ss)", cmd_stat},
+    {"ksock", "run a program with KSOVIA: BPF carries its loopback TCP past TCP/IP", cmd_ksock},
     {"report", "run the papers' experiments; write REPORT.md, plots, results.json", cmd_report},
 };
 
