@@ -13,6 +13,7 @@
  * drops its VI and both ends stay on kernel TCP.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -169,6 +170,16 @@ static int publish(struct sov_sock *s)
     if (!err) /* the service thread answers the peer even if the program is idle */
         sov_pairing_add(s);
     return err;
+}
+
+/* A connection whose socket is close-on-exec goes to no next image: its VI
+ * lets go of the two memfds it kept for one (docs/SOCKETS.md). The system
+ * call itself: the preload's fcntl takes the socket's lock. */
+static void forget_export(struct sov_sock *s)
+{
+    long fl = syscall(SYS_fcntl, s->fd, F_GETFD);
+    if (fl >= 0 && (fl & FD_CLOEXEC) && VipxViForgetExport(s->conn->vi) == VIP_SUCCESS)
+        s->conn->no_export = true;
 }
 
 int sov_tp_publish_client(struct sov_sock *s)
@@ -505,6 +516,7 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
             atomic_fetch_add(&sov_g.tp_paired, 1);
             sov_pairing_remove(s);
             sov_conn_established(s);
+            forget_export(s);
             send_early(s);
             return SOV_TP_PAIRED;
         }
