@@ -157,9 +157,24 @@ static void inherit_options(struct sov_sock *s)
         s->linger = (struct linger){0, 0};
 }
 
+/* A connection whose socket is close-on-exec goes to no next image: its VI
+ * lets go of the two memfds it kept for one (docs/SOCKETS.md). At publish,
+ * while the program opens its connections (before it uses them), and at
+ * the pairing for a VI that replaced it (a redirect). The system call
+ * itself: the preload's fcntl takes the socket's lock. */
+static void forget_export(struct sov_sock *s)
+{
+    if (s->conn->no_export)
+        return;
+    long fl = syscall(SYS_fcntl, s->fd, F_GETFD);
+    if (fl >= 0 && (fl & FD_CLOEXEC) && VipxViForgetExport(s->conn->vi) == VIP_SUCCESS)
+        s->conn->no_export = true;
+}
+
 static int publish(struct sov_sock *s)
 {
     inherit_options(s);
+    forget_export(s); /* not published yet: nobody else holds s */
     if (s->cfg.handling != SOV_SINGLE) {
         int err = sov_handling_start();
         if (err)
@@ -170,16 +185,6 @@ static int publish(struct sov_sock *s)
     if (!err) /* the service thread answers the peer even if the program is idle */
         sov_pairing_add(s);
     return err;
-}
-
-/* A connection whose socket is close-on-exec goes to no next image: its VI
- * lets go of the two memfds it kept for one (docs/SOCKETS.md). The system
- * call itself: the preload's fcntl takes the socket's lock. */
-static void forget_export(struct sov_sock *s)
-{
-    long fl = syscall(SYS_fcntl, s->fd, F_GETFD);
-    if (fl >= 0 && (fl & FD_CLOEXEC) && VipxViForgetExport(s->conn->vi) == VIP_SUCCESS)
-        s->conn->no_export = true;
 }
 
 int sov_tp_publish_client(struct sov_sock *s)
