@@ -187,7 +187,7 @@ struct sov_conn {
      * stream ends when the last holder lets go. */
     bool shared;
     /* Under sovia run, the VI kept nothing for a next image (VipxViForgetExport:
-     * the program's socket was close-on-exec when it paired): a descriptor
+     * the program's socket was close-on-exec when published): a descriptor
      * of it that survives exec after all migrates it first (migrate.c). */
     bool no_export;
     /* Shared with a record (shared.c): the state at rest lives in memory

@@ -157,15 +157,15 @@ static void inherit_options(struct sov_sock *s)
         s->linger = (struct linger){0, 0};
 }
 
-/* A connection whose socket is close-on-exec goes to no next image: its VI
- * lets go of the two memfds it kept for one (docs/SOCKETS.md). At publish,
- * while the program opens its connections (before it uses them), and at
- * the pairing for a VI that replaced it (a redirect). The system call
- * itself: the preload's fcntl takes the socket's lock. */
+/* A connection whose socket is made close-on-exec (SOCK_CLOEXEC, accept4's
+ * flag) goes to no next image: its VI lets go of the two memfds it kept
+ * for one (docs/SOCKETS.md). Decided when it is published, as the program
+ * made it: a program that sets the flag later, to keep the socket from
+ * some children and give it to others (tests/preload/spawn.c), keeps the
+ * connection carried across those execs. The system call itself: the
+ * preload's fcntl takes the socket's lock. */
 static void forget_export(struct sov_sock *s)
 {
-    if (s->conn->no_export)
-        return;
     long fl = syscall(SYS_fcntl, s->fd, F_GETFD);
     if (fl >= 0 && (fl & FD_CLOEXEC) && VipxViForgetExport(s->conn->vi) == VIP_SUCCESS)
         s->conn->no_export = true;
@@ -478,6 +478,8 @@ static int follow_redirect(struct sov_sock *s)
     if (s->rec_entered)
         sov_shared_leave(s);
     s->conn = c; /* under the lock: see detach_conn */
+    if (old->no_export && VipxViForgetExport(c->vi) == VIP_SUCCESS)
+        c->no_export = true; /* as the VI it replaces */
     sov_conn_destroy(old);
     atomic_fetch_add(&sov_g.tp_redirected, 1);
     return 0;
@@ -521,7 +523,6 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
             atomic_fetch_add(&sov_g.tp_paired, 1);
             sov_pairing_remove(s);
             sov_conn_established(s);
-            forget_export(s);
             send_early(s);
             return SOV_TP_PAIRED;
         }
