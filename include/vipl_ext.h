@@ -341,6 +341,15 @@ VIP_RETURN VipxViImport(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES *ViAttribs,
 VIP_RETURN VipxViImportRecv(VIP_VI_HANDLE ViHandle, VIP_DESCRIPTOR *DescriptorPtr,
                             VIP_MEM_HANDLE MemoryHandle);
 /*
+ * VipxViForgetExport: the VI will not be exported (the consumer knows no
+ * next image will take it: under sovia run, its socket is close-on-exec).
+ * An inheritable VI lets go of what it kept for VipxViExport (shm: the
+ * memfd of its own segments and those of the peer's, two descriptors per
+ * connection); VipxViExport fails with VIP_INVALID_STATE from then on.
+ * Nothing changes for the connection.
+ */
+VIP_RETURN VipxViForgetExport(VIP_VI_HANDLE ViHandle);
+/*
  * Handing a shared VI's queue state between the processes that hold it
  * (after fork, or exec with another holder alive). The VI's segments are
  * already mapped in each; what differs is each process's private view of

@@ -609,15 +609,15 @@ void sov_mig_watch(struct sov_sock *s)
 /* ---- Every connection of the process ----------------------------------------------------- */
 
 /* Migrates the carried connections `pick` selects; how many were reset. */
-static int migrate_where(bool (*pick)(int fd))
+static int migrate_where(bool (*pick)(int fd, const struct sov_conn *c))
 {
     int reset = 0;
     for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {
         struct sov_sock *s = sov_lookup(fd);
-        if (!s || !s->transparent || s->kind != SK_CONNECTED || !pick(fd))
+        if (!s || !s->transparent || s->kind != SK_CONNECTED)
             continue;
         sov_sock_lock(s);
-        if (s->dead || sov_lookup(fd) != s || !s->conn) {
+        if (s->dead || sov_lookup(fd) != s || !s->conn || !pick(fd, s->conn)) {
             sov_sock_unlock(s);
             continue;
         }
@@ -626,17 +626,25 @@ static int migrate_where(bool (*pick)(int fd))
     return reset;
 }
 
-static bool any(int fd)
+static bool any(int fd, const struct sov_conn *c)
 {
     (void)fd;
+    (void)c;
     return true;
 }
 
 /* The system call itself: the preload's fcntl takes the socket's lock. */
-static bool survives_exec(int fd)
+static bool survives_exec(int fd, const struct sov_conn *c)
 {
+    (void)c;
     long fl = syscall(SYS_fcntl, fd, F_GETFD);
     return fl >= 0 && !(fl & FD_CLOEXEC);
+}
+
+/* Goes to the next image, whose VI kept nothing to map it there with. */
+static bool survives_unexportable(int fd, const struct sov_conn *c)
+{
+    return c->no_export && survives_exec(fd, c);
 }
 
 int sov_tp_migrate_all(void)
@@ -648,4 +656,9 @@ int sov_tp_migrate_all(void)
 int sov_tp_migrate_inherited(void)
 {
     return migrate_where(survives_exec);
+}
+
+int sov_tp_migrate_unexportable(void)
+{
+    return migrate_where(survives_unexportable);
 }

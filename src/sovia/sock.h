@@ -186,6 +186,10 @@ struct sov_conn {
      * process's copy (VipxViRelease) and says nothing to the peer, whose
      * stream ends when the last holder lets go. */
     bool shared;
+    /* Under sovia run, the VI kept nothing for a next image (VipxViForgetExport:
+     * the program's socket was close-on-exec when published): a descriptor
+     * of it that survives exec after all migrates it first (migrate.c). */
+    bool no_export;
     /* Shared with a record (shared.c): the state at rest lives in memory
      * every holder maps, so any of them may use the connection. */
     struct sov_rec *rec;

@@ -13,6 +13,7 @@
  * drops its VI and both ends stay on kernel TCP.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -156,9 +157,24 @@ static void inherit_options(struct sov_sock *s)
         s->linger = (struct linger){0, 0};
 }
 
+/* A connection whose socket is made close-on-exec (SOCK_CLOEXEC, accept4's
+ * flag) goes to no next image: its VI lets go of the two memfds it kept
+ * for one (docs/SOCKETS.md). Decided when it is published, as the program
+ * made it: a program that sets the flag later, to keep the socket from
+ * some children and give it to others (tests/preload/spawn.c), keeps the
+ * connection carried across those execs. The system call itself: the
+ * preload's fcntl takes the socket's lock. */
+static void forget_export(struct sov_sock *s)
+{
+    long fl = syscall(SYS_fcntl, s->fd, F_GETFD);
+    if (fl >= 0 && (fl & FD_CLOEXEC) && VipxViForgetExport(s->conn->vi) == VIP_SUCCESS)
+        s->conn->no_export = true;
+}
+
 static int publish(struct sov_sock *s)
 {
     inherit_options(s);
+    forget_export(s); /* not published yet: nobody else holds s */
     if (s->cfg.handling != SOV_SINGLE) {
         int err = sov_handling_start();
         if (err)
@@ -462,6 +478,8 @@ static int follow_redirect(struct sov_sock *s)
     if (s->rec_entered)
         sov_shared_leave(s);
     s->conn = c; /* under the lock: see detach_conn */
+    if (old->no_export && VipxViForgetExport(c->vi) == VIP_SUCCESS)
+        c->no_export = true; /* as the VI it replaces */
     sov_conn_destroy(old);
     atomic_fetch_add(&sov_g.tp_redirected, 1);
     return 0;

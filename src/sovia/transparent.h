@@ -120,6 +120,11 @@ int sov_tp_migrate_all(void);
 /* Only those a new program image would get (descriptors without
  * FD_CLOEXEC): before an exec that will not load sovia. */
 int sov_tp_migrate_inherited(void);
+/* Those a next image would get but could not take as they are (their VI
+ * forgot its export: the socket was close-on-exec when it paired, and the
+ * program made a name that survives exec since): before an exec that
+ * loads sovia. */
+int sov_tp_migrate_unexportable(void);
 int sov_tp_unread(int fd, int *bytes);
 /* The last sov_sendv/sov_recvv of this thread failed with EBADF because
  * the socket was closed while it waited (not because it fell back). */

@@ -229,9 +229,30 @@ VIPL_EXPORT int VipxFdAdopt(int Fd)
     return adopt(Fd, true, -1);
 }
 
+/* Our descriptors below `fd`. */
+static long own_below(int fd)
+{
+    long n = 0;
+    for (int base = 0; base < fd && (unsigned)base < CHUNK_BITS * CHUNKS; base += 64) {
+        _Atomic uint64_t *c = chunk_of(base, false);
+        if (!c) {
+            base += CHUNK_BITS - 64; /* a chunk never made holds none */
+            continue;
+        }
+        uint64_t w = atomic_load(&c[((unsigned)base % CHUNK_BITS) / 64]);
+        if (fd - base < 64)
+            w &= ((uint64_t)1 << (fd - base)) - 1;
+        n += __builtin_popcountll(w);
+    }
+    return n;
+}
+
 /* Counts ours exactly and the program's as the lowest free number, which
- * the kernel hands out (a program's descriptors are dense at the bottom,
- * and ours sit high): a reserve taken and given back at once. */
+ * the kernel hands out (a program's descriptors are dense at the bottom),
+ * less ours below it: a reserve taken and given back at once. Ours sit
+ * high, but a program holding more than their base has its numbers above
+ * them: counting those of ours twice kept 2 connections in 3 of 10,000 on
+ * kernel TCP where they fitted. */
 VIPL_EXPORT VIP_BOOLEAN VipxFdRoom(int Count)
 {
     struct rlimit rl;
@@ -244,7 +265,7 @@ VIPL_EXPORT VIP_BOOLEAN VipxFdRoom(int Count)
     int low = vipl_fd_reserve();
     if (low >= 0)
         VipxFdClose(low);
-    return low >= 0 && low + own + Count + limit / 4 <= limit;
+    return low >= 0 && low - own_below(low) + own + Count + limit / 4 <= limit;
 }
 
 /* ---- Shared descriptors and deferred closes ------------------------------

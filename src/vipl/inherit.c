@@ -43,6 +43,17 @@ VIPL_EXPORT VIP_RETURN VipxViImport(VIP_NIC_HANDLE NicHandle, VIP_VI_ATTRIBUTES 
                         ViHandle);
 }
 
+VIPL_EXPORT VIP_RETURN VipxViForgetExport(VIP_VI_HANDLE ViHandle)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi)
+        return VIP_INVALID_PARAMETER;
+    if (!vi->nic->prov->vi_forget_export)
+        return VIP_ERROR_NOT_SUPPORTED;
+    vi->nic->prov->vi_forget_export(vi);
+    return VIP_SUCCESS;
+}
+
 VIPL_EXPORT VIP_RETURN VipxViImportRecv(VIP_VI_HANDLE ViHandle, VIP_DESCRIPTOR *DescriptorPtr,
                                         VIP_MEM_HANDLE MemoryHandle)
 {

@@ -255,6 +255,7 @@ struct vipl_provider {
                             VIP_ULONG *n);
     VIP_RETURN (*vi_import)(struct vipl_vi *vi, const VIPX_STATE *st); /* connected */
     VIP_RETURN (*vi_import_recv)(struct vipl_vi *vi, struct vipl_wr *wr);
+    void (*vi_forget_export)(struct vipl_vi *vi); /* VipxViForgetExport */
     /* Between the holders of a shared VI (VipxViSyncSave/Load). */
     VIP_RETURN (*vi_sync_save)(struct vipl_vi *vi, VIPX_STATE *st, VIP_ULONG *offsets,
                                VIP_ULONG *n);

@@ -199,6 +199,9 @@ struct shm_vi {
     /* VIPX_VI_INHERITABLE: descriptors are kept for VipxViExport, and ctl
      * is not sealed against writing (a new image must write it again). */
     bool inheritable;
+    /* VipxViForgetExport: an inheritable VI that keeps no descriptor (no
+     * next image will take it), as one that is not inheritable. */
+    bool no_export;
     uint32_t import_next, import_left; /* posted receives still to re-attach */
     /* Our slot in ctl->live.holder (index + 1; 0: none): this process holds
      * the VI since a fork and sleeps on a CQ of its own (shm_cq.c). */
@@ -319,6 +322,7 @@ static inline bool shm_arena_offset(const struct shm_vi *vi, const void *addr, u
 VIP_RETURN shm_vi_export(struct vipl_vi *vi, VIPX_STATE *st, VIP_ULONG *offsets, VIP_ULONG *n);
 VIP_RETURN shm_vi_import(struct vipl_vi *vi, const VIPX_STATE *st);
 VIP_RETURN shm_vi_import_recv(struct vipl_vi *vi, struct vipl_wr *wr);
+void shm_vi_forget_export(struct vipl_vi *vi);
 /* shm_sync.c */
 VIP_RETURN shm_rq_posted(struct shm_vi *vi, VIP_ULONG *offsets, VIP_ULONG *n, uint32_t *first);
 VIP_RETURN shm_vi_sync_save(struct vipl_vi *vi, VIPX_STATE *st, VIP_ULONG *offsets, VIP_ULONG *n);

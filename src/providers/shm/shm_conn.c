@@ -230,7 +230,7 @@ static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fd
     struct shm_nic *snic = shm_nic(vi->core.nic);
     struct shm_peer *peer = calloc(1, sizeof(*peer));
     int rc = peer ? shm_peer_map(peer, fds, m, snic) : -ENOMEM;
-    if (rc == 0 && vi->inheritable) { /* a next image maps them again */
+    if (rc == 0 && vi->inheritable && !vi->no_export) { /* a next image maps them again */
         memcpy(peer->kept, fds, sizeof(peer->kept));
         memset(fds, -1, 4 * sizeof(int));
     }
@@ -254,7 +254,7 @@ static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fd
     /* The peer has mapped our segments; the descriptors are no longer
      * needed (a reconnect makes new ones), and 1000 connections should not
      * cost 2000 of them, unless a next image must map them again. */
-    if (!vi->inheritable) {
+    if (!vi->inheritable || vi->no_export) {
         VipxFdClose(vi->ctl_fd);
         VipxFdClose(vi->rx_fd);
         vi->ctl_fd = vi->rx_fd = -1;

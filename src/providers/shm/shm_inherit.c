@@ -46,7 +46,7 @@ VIP_RETURN shm_vi_export(struct vipl_vi *cvi, VIPX_STATE *st, VIP_ULONG *offsets
     shm_lock(&vi->rq_lock);
     struct shm_peer *peer = vi->peer;
     uint32_t first = 0;
-    if (!vi->inheritable || vi->ctl_fd < 0)
+    if (!vi->inheritable || vi->no_export || vi->ctl_fd < 0)
         r = VIP_INVALID_STATE;
     else
         r = shm_rq_posted(vi, offsets, n, &first);
@@ -87,6 +87,31 @@ VIP_RETURN shm_vi_export(struct vipl_vi *cvi, VIPX_STATE *st, VIP_ULONG *offsets
     shm_unlock(&vi->rq_lock);
     shm_unlock(&vi->sq_lock);
     return r;
+}
+
+/* The descriptors kept for the export go: the mappings keep the memory,
+ * and a reconnect makes new segments (closed once the peer mapped them,
+ * shm_conn.c). */
+void shm_vi_forget_export(struct vipl_vi *cvi)
+{
+    struct shm_vi *vi = shm_vi(cvi);
+    int gone[6], n = 0;
+    shm_lock(&vi->sq_lock);
+    shm_lock(&vi->rq_lock);
+    vi->no_export = true;
+    if (vi->peer) { /* before: shm_conn.c closes them once the peer mapped them */
+        for (int i = 0; i < 4; i++)
+            gone[n++] = vi->peer->kept[i];
+        memset(vi->peer->kept, -1, sizeof(vi->peer->kept));
+        gone[n++] = vi->ctl_fd;
+        gone[n++] = vi->rx_fd;
+        vi->ctl_fd = vi->rx_fd = -1;
+    }
+    shm_unlock(&vi->rq_lock);
+    shm_unlock(&vi->sq_lock);
+    for (int i = 0; i < n; i++)
+        if (gone[i] >= 0)
+            VipxFdClose(gone[i]);
 }
 
 /* The size of one of our own inherited memfds, which must be `want`. */
@@ -182,6 +207,7 @@ VIP_RETURN shm_vi_import(struct vipl_vi *cvi, const VIPX_STATE *st)
     ok = ok && s.magic == STATE_MAGIC && s.version == SHM_VERSION;
     vi->ctl_fd = vi->rx_fd = -1;
     vi->inheritable = true;
+    vi->no_export = false;
     int rc = ok ? adopt_segments(vi, &s, fds[FD_CTL], fds[FD_RX]) : -EPROTO;
     fds[FD_CTL] = fds[FD_RX] = -1; /* the VI holds them now */
     if (rc == 0 && s.nposted > vi->depth)

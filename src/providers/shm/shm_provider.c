@@ -128,6 +128,7 @@ const struct vipl_provider vipl_provider_shm = {
     .nudge_vi = shm_nudge_vi,
     .release_vi = shm_release_vi,
     .vi_export = shm_vi_export,
+    .vi_forget_export = shm_vi_forget_export,
     .vi_import = shm_vi_import,
     .vi_import_recv = shm_vi_import_recv,
     .vi_sync_save = shm_vi_sync_save,

@@ -38,6 +38,7 @@ VIP_RETURN shm_create_vi(struct vipl_vi *cvi, const VIPX_VI_CONFIG *cfg)
     vi->staging_len = (uint32_t)((staging + SHM_LINE - 1) & ~(uint64_t)(SHM_LINE - 1));
     vi->arena_len = (uint32_t)cfg->ArenaBytes;
     vi->inheritable = cfg->Flags & VIPX_VI_INHERITABLE;
+    vi->no_export = false;
     vi->ctl_fd = vi->rx_fd = -1;
     vi->rq = calloc(vi->depth, sizeof(*vi->rq));
     vi->sq = calloc(vi->depth, sizeof(*vi->sq));
