@@ -29,6 +29,9 @@ bool sov_tp_fd_room(void);
  * key, xhost.c): a connection to another host's address is tried too,
  * and every carried connection pairs through the cluster key's proofs. */
 bool sov_tp_across_hosts(void);
+/* ... beside shm (a key without SOVIA_PROVIDER=fabric): this host's peers
+ * stay on shm and pair by token, other hosts' go over the far NIC. */
+bool sov_tp_far_beside(void);
 /* ... and `peer`'s host is worth a try: not one that refused lately (a
  * look-up: no VI is made for a host that does not run sovia). */
 bool sov_tp_host_worth_trying(const struct sockaddr *peer);
