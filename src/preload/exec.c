@@ -118,6 +118,8 @@ static int do_exec(enum exec_kind kind, const char *file, int fd, char *const ar
         free(found);
         if (!follows)
             sov_tp_migrate_inherited();
+        else if (atomic_load(&sov_g.far_open))
+            sov_tp_migrate_far_inherited();
     }
     if (follows)
         sov_inherit_export(&h);

@@ -608,8 +608,9 @@ void sov_mig_watch(struct sov_sock *s)
 
 /* ---- Every connection of the process ----------------------------------------------------- */
 
-/* Migrates the carried connections `pick` selects; how many were reset. */
-static int migrate_where(bool (*pick)(int fd))
+/* Migrates the carried connections `pick` selects (with far_only, only
+ * those on the far NIC); how many were reset. */
+static int migrate_where(bool (*pick)(int fd), bool far_only)
 {
     int reset = 0;
     for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {
@@ -617,7 +618,7 @@ static int migrate_where(bool (*pick)(int fd))
         if (!s || !s->transparent || s->kind != SK_CONNECTED || !pick(fd))
             continue;
         sov_sock_lock(s);
-        if (s->dead || sov_lookup(fd) != s || !s->conn) {
+        if (s->dead || sov_lookup(fd) != s || !s->conn || (far_only && !s->conn->far)) {
             sov_sock_unlock(s);
             continue;
         }
@@ -642,10 +643,15 @@ static bool survives_exec(int fd)
 int sov_tp_migrate_all(void)
 {
     atomic_store(&sov_g.inert, true);
-    return migrate_where(any);
+    return migrate_where(any, false);
 }
 
 int sov_tp_migrate_inherited(void)
 {
-    return migrate_where(survives_exec);
+    return migrate_where(survives_exec, false);
+}
+
+int sov_tp_migrate_far_inherited(void)
+{
+    return migrate_where(survives_exec, true);
 }

@@ -123,6 +123,9 @@ int sov_tp_migrate_all(void);
 /* Only those a new program image would get (descriptors without
  * FD_CLOEXEC): before an exec that will not load sovia. */
 int sov_tp_migrate_inherited(void);
+/* Only those on the far NIC (far.c): an endpoint of libfabric's cannot be
+ * handed to the next image, which gets the kernel connection instead. */
+int sov_tp_migrate_far_inherited(void);
 int sov_tp_unread(int fd, int *bytes);
 /* The last sov_sendv/sov_recvv of this thread failed with EBADF because
  * the socket was closed while it waited (not because it fell back). */

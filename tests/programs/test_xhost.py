@@ -246,6 +246,22 @@ class Xhost(unittest.TestCase):
         self.assert_providers(self.records(logs[1])[0], 1, 0)
         self.assert_providers(self.records(logs[0])[0], 0, 1)
 
+    def test_exec_with_far_connection(self):
+        """A connection on the far NIC cannot go to the next program image
+        (a libfabric endpoint is this process's): it moves to its kernel
+        socket before the exec, every byte in order."""
+        logs = [os.path.join(self.dir, f"{n}.log") for n in ("s", "c")]
+        server = self.start_echo_server(1, 1, logs[0])
+        time.sleep(1.5)  # its far NIC (see test_two_nics_at_once)
+        p = self.start(2, [sys.executable, os.path.join(HERE, "xhost_echo.py"), "exec",
+                           ADDRS[0], str(self.port)], True, self.key, logs[1], None)
+        out = self.finish(p, "exec client")
+        self.assertEqual(out.strip().splitlines()[-1], "ok", out)
+        self.finish(server, "server")
+        srec = self.records(logs[0])[0]
+        self.assert_providers(srec, 0, 1)
+        self.assertEqual(srec["migrated"], 1, srec)
+
     def test_same_host_only_no_libfabric(self):
         """A program that only talks to its own host (a listener on
         127.0.0.1 and a connection to it) never loads libfabric, key or

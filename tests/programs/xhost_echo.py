@@ -10,6 +10,8 @@ sovia-specific in it.
                                            host, both open at once, exchanged
                                            together; prints "ok 2" (hold: says
                                            "connected" and waits for a line first)
+    xhost_echo.py exec HOST PORT            1 MiB echoed, then exec itself with the
+                                           socket, which echoes 1 MiB more: "ok"
     xhost_echo.py local PORT [HOST PORT2]   an echo to itself on 127.0.0.1 (and
                                            then one to HOST); prints "ok" and
                                            whether libfabric is mapped after
@@ -63,6 +65,21 @@ def exchange(c, size):
         n += len(b)
     t.join()
     return n == size and h.digest() == hashlib.sha256(data).digest()
+
+
+def echo_once(c, size):
+    """size bytes out and back, the connection left open."""
+    data = os.urandom(size)
+    t = threading.Thread(target=c.sendall, args=(data,))
+    t.start()
+    got = bytearray()
+    while len(got) < size:
+        b = c.recv(65536)
+        if not b:
+            break
+        got += b
+    t.join()
+    return bytes(got) == data
 
 
 def one(host, port, size):
@@ -119,6 +136,19 @@ def main():
         good = both(sys.argv[2:4], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6:] == ["hold"])
         print(f"ok {good}" if good == 2 else f"bad: {2 - good} of 2 connections differ", flush=True)
         return 0 if good == 2 else 1
+    if sys.argv[1] == "exec":  # exec HOST PORT: one exchange, exec, one more on the same socket
+        c = socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=20)
+        if not echo_once(c, 1 << 20):
+            print("bad: before the exec", flush=True)
+            return 1
+        c.set_inheritable(True)
+        os.execv(sys.executable, [sys.executable, __file__, "exec2", str(c.fileno())])
+    if sys.argv[1] == "exec2":
+        c = socket.socket(fileno=int(sys.argv[2]))
+        c.setblocking(True)  # create_connection left the descriptor O_NONBLOCK
+        ok = exchange(c, 1 << 20)
+        print("ok" if ok else "bad: after the exec", flush=True)
+        return 0 if ok else 1
     if sys.argv[1] == "local":
         return local(int(sys.argv[2]), sys.argv[3:])
     host, port, size, n = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
