@@ -590,6 +590,7 @@ void sov_after_fork_child(void)
      * child's exit hung on it: forkstress); the provider's threads are
      * not restarted (that broke sovia/peer_death: the observer saw its
      * peer's death 2.3 s late). */
+    sov_far_forked(); /* the parent's: this child's other hosts get kernel TCP */
     if (sov_g.nic && atomic_load(&sov_g.open_conns)) {
         VipxNicAfterFork(sov_g.nic);
     } else if (sov_g.nic) { /* the parent's listening must not outlive it here */

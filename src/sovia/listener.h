@@ -44,10 +44,22 @@ struct establishing {
     uint64_t deadline_ns;
 };
 
+/* A connection thread: the listener's own NIC's, or the far NIC's (far.c:
+ * the same port shadowed on the fabric NIC beside shm, for clients on other
+ * hosts; that thread opens the far NIC first, so the program's listen()
+ * does not wait for libfabric). */
+struct sov_lside {
+    struct sov_listener *l;
+    bool far;
+    bool started; /* its thread runs */
+    pthread_t thread;
+    VIP_NET_ADDRESS *remote; /* the thread's buffer (here: reachable from a fork child) */
+    struct establishing *est; /* the thread's (cap entries; here for the same reason) */
+};
+
 struct sov_listener {
     struct sov_sock *s;
     VIP_NET_ADDRESS *addr;
-    pthread_t thread;
     atomic_bool stop;
     struct sov_config cfg;
     int domain;
@@ -66,8 +78,7 @@ struct sov_listener {
      * closes it only after clearing establishing_port. */
     int establishing_token;
     pid_t owner; /* the process whose connection thread serves it */
-    VIP_NET_ADDRESS *remote; /* the thread's buffer (here: reachable from a fork child) */
-    struct establishing *est; /* the thread's (cap entries; here for the same reason) */
+    struct sov_lside side[2]; /* [0]: sov_g.nic's; [1]: the far NIC's, if started */
     /* A ticketed listener (sovia run, step 6) takes only the clients this
      * process claimed and still waits for in accept(): their ports (under
      * s->wait_lock). Any other, one whose accept() gave up on it, say, is

@@ -22,7 +22,7 @@ int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *loc
 {
     /* Across hosts (a fabric NIC with a cluster key) the proof stands
      * for the token, which cannot cross hosts (xhost.c). */
-    if (sov_xhost_on())
+    if (sov_xhost_proves(c))
         return ticket ? -ECONNREFUSED : sov_xhost_connect(c, local, peer);
     /* Whose VI listener: the user of the TCP listener we connect to, or,
      * redirected, the user that accepted our connection (its server end's
@@ -98,7 +98,6 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
     if (getsockname(fd, (struct sockaddr *)&own, &ol) != 0 ||
         getpeername(fd, (struct sockaddr *)&client, &cl) != 0)
         return NULL;
-    bool xhost = sov_xhost_on();
     /* Another user's client socket for this connection (its inode and
      * owner), asked once, for that user's unbound VIs. */
     uint64_t client_ino = 0;
@@ -113,6 +112,9 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
         for (unsigned i = 0; i < l->count; i++) {
             struct pending *p = &l->q[(l->head + i) % l->cap];
             bool broken = sov_queued_conn_broken(p->conn);
+            /* A fabric NIC's VI (far, or every one over fabric) proves
+             * itself by its HELLO; a shm one by its token. */
+            bool xhost = sov_xhost_proves(p->conn);
             uint16_t pport = broken ? 0 : sov_pending_port(p);
             if (!broken && pport != port && !(p->unbound && pport == 0))
                 continue;
@@ -179,7 +181,7 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
     pthread_mutex_unlock(&s->wait_lock);
     if (!c)
         return NULL;
-    if (xhost && sov_xhost_accept(c, fd) != 0) {
+    if (sov_xhost_proves(c) && sov_xhost_accept(c, fd) != 0) {
         sov_conn_destroy(c); /* the client sees its VI go: kernel TCP */
         return NULL;
     }

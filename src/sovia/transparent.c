@@ -67,6 +67,11 @@ bool sov_tp_across_hosts(void)
     return across_wanted() && sov_init() == 0 && sov_xhost_on();
 }
 
+bool sov_tp_far_beside(void)
+{
+    return sov_tp_across_hosts() && sov_xhost_far_wanted();
+}
+
 bool sov_tp_host_worth_trying(const struct sockaddr *peer)
 {
     return sov_tp_across_hosts() && !sov_xpeer_refusing(peer, sov_now_ns());
@@ -82,11 +87,18 @@ int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struc
         return -ECONNREFUSED;
     if (!sov_tp_fd_room())
         return -EMFILE;
+    /* With a key beside shm, a peer on another host goes over the far NIC
+     * (far.c: opened now, the first time). */
+    bool far = sov_xhost_far_wanted() &&
+               !sov_addr_is_local(peer, peer->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                                   : sizeof(struct sockaddr_in6));
+    if (far && sov_far_open() != 0)
+        return -ECONNREFUSED;
     /* Across hosts (fabric) the HELLO proves the connection's four
      * addresses, so the client port is bound now (ephemeral.c); on this
      * host the VI names none and the kernel's connect picks it (pair.c). */
     struct sockaddr_storage bound;
-    if (sov_xhost_on() && sov_addr_port(local) == 0) {
+    if ((far || (sov_xhost_on() && !sov_xhost_far_wanted())) && sov_addr_port(local) == 0) {
         socklen_t bl = sizeof(bound);
         if (sov_bind_ephemeral(fd, domain) != 0 ||
             getsockname(fd, (struct sockaddr *)&bound, &bl) != 0)
@@ -97,7 +109,7 @@ int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struc
     if (!s)
         return -ENOMEM;
     s->gen++;
-    struct sov_conn *c = sov_conn_create(&s->cfg, &err);
+    struct sov_conn *c = sov_conn_create(&s->cfg, far, &err);
     if (c && (err = sov_connect_tentative(c, fd, local, peer, 0)) != 0) {
         sov_conn_destroy(c);
         c = NULL;
@@ -457,7 +469,7 @@ static int follow_redirect(struct sov_sock *s)
     if (!sov_shared_own_early(old))
         return -ENOMEM;
     int err;
-    struct sov_conn *c = sov_conn_create(&s->cfg, &err);
+    struct sov_conn *c = sov_conn_create(&s->cfg, old->far, &err);
     if (!c)
         return err;
     err = sov_connect_tentative(c, s->fd, (struct sockaddr *)&local, (struct sockaddr *)&peer,
@@ -521,6 +533,8 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
         if (c->peer_window && !c->tentative && !c->reset) {
             s->tp_waiting = false;
             atomic_fetch_add(&sov_g.tp_paired, 1);
+            if (c->far)
+                atomic_fetch_add(&sov_g.tp_paired_far, 1);
             sov_pairing_remove(s);
             sov_conn_established(s);
             send_early(s);
