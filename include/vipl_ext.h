@@ -285,6 +285,10 @@ int VipxFdClose(int Fd);
 VIP_BOOLEAN VipxFdIsOwn(int Fd);
 VIP_BOOLEAN VipxFdAppCloseBegin(int Fd);
 void VipxFdAppCloseEnd(void);
+/* A copy of the program's Fd that the library keeps after the program
+ * closed it (a high number, close-on-exec, closed in a forked child);
+ * VipxFdClose closes it. -1 with errno on failure. */
+int VipxFdKeep(int Fd);
 /* Between these two, VipxFdClose closes nothing: the closes are made by
  * VipxFdDeferEnd (an image importing its inherited connections, whose
  * records may name one shared descriptor several times, must not have a

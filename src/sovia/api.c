@@ -390,8 +390,10 @@ SOV_EXPORT int sov_close(int fd)
         /* While the kernel socket is open: bytes held for the pairing may
          * have to go there (sov_tp_close_settle). */
         sov_sock_lock(s);
+        bool abortive = s->linger.l_onoff && s->linger.l_linger == 0;
         if (s->tp_waiting)
-            sov_tp_close_settle(s, s->linger.l_onoff && s->linger.l_linger == 0);
+            sov_tp_close_settle(s, abortive);
+        sov_mig_keep_kernel(s, abortive);
         sov_sock_unlock(s);
     }
     close(fd);

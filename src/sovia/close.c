@@ -19,8 +19,9 @@
 #define CLOSE_TIMEOUT_NS (60ull * 1000000000u) /* as TCP's FIN_WAIT_2 */
 
 /* Done once both FINs are through, or the peer left the VI for the kernel
- * connection (its END came: no FIN or FINACK of its comes any more, and
- * what we owed the kernel socket went, or went with it at close()). */
+ * connection (its END came: no FIN or FINACK of its comes any more), and
+ * what we owed the kernel socket went there (sov_mig_step: our copy of
+ * it, sov_mig_keep_kernel). */
 static bool close_done(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
@@ -51,7 +52,8 @@ static bool service_closing(uint64_t now)
         struct sov_sock *s = *pp;
         sov_sock_lock(s);
         struct sov_conn *c = s->conn;
-        sov_progress(s);
+        sov_progress(s); /* and our side of a migration the peer asked for */
+        sov_mig_overdue(c);
         if (!c->reset && (c->clen || !c->wr_shut)) {
             if (sov_flush(s, false) == 0 && !c->wr_shut)
                 sov_send_fin(s);
@@ -210,6 +212,7 @@ static void *service_thread(void *arg)
             pthread_mutex_unlock(&sov_g.lock);
             service_nudged();
             pthread_mutex_lock(&sov_g.lock);
+            close_poll_ms = 1; /* a closed connection may be asked too */
             continue;
         }
         if (sov_g.closing_added) { /* a fresh close: its FINACK comes soon */

