@@ -22,8 +22,9 @@ extern "C" {
 /*
  * Per-VI resources, fixed at creation. Zero in a field means the default.
  *
- * QueueDepth   descriptors each work queue holds (default and at most
- *              MaxDescriptorsPerQueue, rounded up to a power of two).
+ * QueueDepth   descriptors each work queue holds (at most
+ *              MaxDescriptorsPerQueue, rounded up to a power of two; default
+ *              MaxDescriptorsPerQueue on shm, 256 on fabric).
  * StagingBytes receive staging area for receive buffers outside the arena
  *              (default: room for a full queue of receives of the VI's
  *              MaxTransferSize, up to the 1 GiB segment; shm); a receive
