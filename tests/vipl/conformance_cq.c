@@ -89,6 +89,7 @@ static void receiver(int fd, void *arg)
         cf_mem_put(&d[v].m);
     }
     CHECK_OK(VipDestroyCQ(cq));
+    CHECK_OK(VipDestroyPtag(nic, tag));
     CHECK_OK(VipCloseNic(nic));
 }
 
@@ -155,6 +156,7 @@ int main(void)
     cf_mem_put(&buf);
     cf_mem_put(&d.m);
     CHECK_OK(VipDestroyCQ(cq));
+    CHECK_OK(VipDestroyPtag(nic, tag));
     h_peer_finish(&p);
     CHECK_OK(VipCloseNic(nic));
     h_pass();

@@ -91,6 +91,7 @@ static void receiver(int fd, void *arg)
     h_signal(fd, '3');
     cf_mem_put(&b);
     cf_mem_put(&d.m);
+    CHECK_OK(VipDestroyPtag(nic, tag));
     CHECK_OK(VipCloseNic(nic));
 }
 
@@ -142,6 +143,7 @@ int main(void)
     CHECK_OK(VipDestroyVi(vi));
     cf_mem_put(&b);
     cf_mem_put(&d.m);
+    CHECK_OK(VipDestroyPtag(nic, tag));
     h_peer_finish(&p);
     CHECK_OK(VipCloseNic(nic));
     h_pass();

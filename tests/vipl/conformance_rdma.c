@@ -103,6 +103,12 @@ static void target(int fd, void *arg)
     while (VipRecvDone(vi, &x) == VIP_SUCCESS)
         ;
     CHECK_OK(VipDestroyVi(vi));
+    for (int i = 0; i < 2; i++)
+        cf_mem_put(&r[i]);
+    cf_mem_put(&off);
+    cf_mem_put(&rb);
+    cf_mem_put(&d.m);
+    CHECK_OK(VipDestroyPtag(nic, tag));
     CHECK_OK(VipCloseNic(nic));
 }
 
@@ -171,6 +177,9 @@ int main(void)
     h_signal(p.fd, 'e');
     (void)VipDisconnect(vi);
     CHECK_OK(VipDestroyVi(vi));
+    cf_mem_put(&src);
+    cf_mem_put(&d.m);
+    CHECK_OK(VipDestroyPtag(nic, tag));
     h_peer_finish(&p);
     CHECK_OK(VipCloseNic(nic));
     h_pass();

@@ -115,6 +115,7 @@ static void receiver(int fd, void *arg)
         cf_mem_put(&d.m);
         h_log("%s: %u messages", k->name, n * k->laps);
     }
+    CHECK_OK(VipDestroyPtag(nic, tag));
     CHECK_OK(VipCloseNic(nic));
 }
 
