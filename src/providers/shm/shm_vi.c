@@ -1,4 +1,5 @@
 /* shm_vi.c - VI creation and teardown, the RDMA-write export table. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,7 +62,19 @@ VIP_RETURN shm_create_vi(struct vipl_vi *cvi, const VIPX_VI_CONFIG *cfg)
     vi->ctl_fd = vi->rx_fd = -1;
     vi->rq = calloc(vi->depth, sizeof(*vi->rq));
     vi->sq = calloc(vi->depth, sizeof(*vi->sq));
-    if (!vi->rq || !vi->sq || shm_vi_segments_create(vi) != 0)
+    int err = vi->rq && vi->sq ? shm_vi_segments_create(vi) : -ENOMEM;
+    if (err && !cfg->StagingBytes) {
+        /* A process whose RLIMIT_FSIZE or address space cannot take the
+         * full area still gets a VI, with room for 2 x MaxTransferSize of
+         * such receives (what every VI had before). */
+        uint64_t small = 2 * line_up(cvi->attrs.MaxTransferSize);
+        small = small < 64 * 1024 ? 64 * 1024 : small > 8u << 20 ? 8u << 20 : small;
+        if (small < vi->staging_len) {
+            vi->staging_len = (uint32_t)small;
+            err = shm_vi_segments_create(vi);
+        }
+    }
+    if (err)
         goto fail;
     if (cvi->recv_cq && shm_cq_attach(shm_cq(cvi->recv_cq), vi) != 0)
         goto fail;
