@@ -22,11 +22,13 @@ extern "C" {
 /*
  * Per-VI resources, fixed at creation. Zero in a field means the default.
  *
- * QueueDepth   descriptors each work queue holds (default 256, rounded up to
- *              a power of two, at most MaxDescriptorsPerQueue).
+ * QueueDepth   descriptors each work queue holds (at most
+ *              MaxDescriptorsPerQueue, rounded up to a power of two; default
+ *              MaxDescriptorsPerQueue on shm, 256 on fabric).
  * StagingBytes receive staging area for receive buffers outside the arena
- *              (default 256 KiB); a receive posted when the area is full
- *              fails with VIP_ERROR_RESOURCE.
+ *              (default: room for a full queue of receives of the VI's
+ *              MaxTransferSize, up to the 1 GiB segment; shm); a receive
+ *              posted when the area is full fails with VIP_ERROR_RESOURCE.
  * ArenaBytes   zero-copy receive arena (default 0: none). Receive buffers
  *              placed inside it are written by the sender directly; see
  *              VipxViArena.

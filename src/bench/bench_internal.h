@@ -64,6 +64,7 @@ extern const struct bench_transport bench_transport_ksovia;
 extern const struct bench_transport bench_transport_preload;
 extern const struct bench_transport bench_transport_vi;
 extern const struct bench_transport bench_transport_vi_copy;
+extern const struct bench_transport bench_transport_vi_user;
 extern const struct bench_transport bench_transport_vi_block;
 extern const struct bench_transport bench_transport_vi_notify;
 extern const struct bench_transport bench_transport_ucx;

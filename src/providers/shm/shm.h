@@ -179,6 +179,7 @@ struct shm_vi {
     _Atomic uint32_t rq_tail;
     _Atomic uint32_t flush_upto; /* receives below this index complete as flushed */
     uint64_t staging_alloc, staging_free;
+    uint64_t staging_released; /* below this, freed pages went back (shm_recv.c) */
     uint32_t cq_reported; /* receive completions reported by the CQ (CQ lock) */
 
     /* Send queue (sq_lock). Sends complete inside VipPostSend. */
