@@ -423,6 +423,8 @@ struct shm_agent *shm_agent_start(void);
 void shm_agent_stop(struct shm_agent *agent);
 int shm_agent_watch(struct shm_agent *agent, struct shm_vi *vi);
 void shm_agent_unwatch(struct shm_agent *agent, struct shm_vi *vi);
+/* Whether the peer process still runs, by its pidfd (false without one). */
+bool shm_agent_peer_runs(struct shm_agent *agent, const struct shm_peer *peer);
 /* Its epoll set and stop eventfd; up to cap, returns the count. */
 /* In a forked child: a fresh agent watching the NIC's connected VIs. */
 struct shm_agent *shm_agent_after_fork(struct shm_agent *old, struct vipl_nic *nic);

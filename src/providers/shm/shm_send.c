@@ -173,8 +173,12 @@ static bool find_export(const struct shm_peer *p, VIP_MEM_HANDLE h, struct shm_r
  * the peer (same user, dumpable, Yama's ptrace_scope 0 or 1 with the peer
  * our descendant), and refuses it otherwise (EPERM) before any byte moves.
  * Only the range the peer exported, checked by the caller, is written.
+ * The peer is named by pid: its pidfd must say it still runs, so that a
+ * pid the kernel gave to another process after the peer died (possible
+ * once it was reaped, before our agent saw the death) is never written.
  */
-static bool xmem_write(const struct shm_peer *p, uint64_t addr, const struct vipl_wr *wr)
+static bool xmem_write(struct shm_vi *vi, const struct shm_peer *p, uint64_t addr,
+                       const struct vipl_wr *wr)
 {
     struct iovec local[VIPL_MAX_SEGS];
     struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = wr->total};
@@ -182,6 +186,8 @@ static bool xmem_write(const struct shm_peer *p, uint64_t addr, const struct vip
         local[i] = (struct iovec){.iov_base = wr->sge[i].addr, .iov_len = wr->sge[i].len};
     if (wr->total == 0)
         return true;
+    if (!shm_agent_peer_runs(shm_nic(vi->core.nic)->agent, p))
+        return false;
     return process_vm_writev(p->pid, local, wr->nsge, &remote, 1, 0) == (ssize_t)wr->total;
 }
 
@@ -212,7 +218,7 @@ static uint32_t rdma_write(struct shm_vi *vi, const struct vipl_wr *wr, int *fai
             return protocol_error(vi, fail);
     }
     if (xmem) {
-        if (!xmem_write(p, a, wr)) { /* refused: nothing written (or the peer unmapped it) */
+        if (!xmem_write(vi, p, a, wr)) { /* refused: nothing written (or the peer unmapped it) */
             if (vipl_vi_reliable(&vi->core))
                 *fail = VIP_ERROR_RDMAW_PROT;
             return VIP_STATUS_RDMA_PROT_ERROR;
