@@ -39,6 +39,7 @@ VIP_RETURN shm_create_vi(struct vipl_vi *cvi, const VIPX_VI_CONFIG *cfg)
     vi->arena_len = (uint32_t)cfg->ArenaBytes;
     vi->inheritable = cfg->Flags & VIPX_VI_INHERITABLE;
     vi->ctl_fd = vi->rx_fd = -1;
+    vi->req_sock = vi->req_pidfd = -1;
     vi->rq = calloc(vi->depth, sizeof(*vi->rq));
     vi->sq = calloc(vi->depth, sizeof(*vi->sq));
     if (!vi->rq || !vi->sq || shm_vi_segments_create(vi) != 0)
@@ -56,6 +57,7 @@ fail:
 void shm_destroy_vi(struct vipl_vi *cvi)
 {
     struct shm_vi *vi = shm_vi(cvi);
+    shm_connect_abandon(cvi); /* a request still unanswered */
     if (cvi->recv_cq)
         shm_cq_detach(shm_cq(cvi->recv_cq), vi);
     if (cvi->send_cq && cvi->send_cq != cvi->recv_cq)
