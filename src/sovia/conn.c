@@ -609,7 +609,12 @@ int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len)
 static bool enqueue(struct sov_listener *l, const struct pending *p)
 {
     pthread_mutex_lock(&l->s->wait_lock);
-    bool room = l->count < l->cap && awaited(l, sov_addr_port((const struct sockaddr *)&p->peer));
+    uint16_t port = sov_addr_port((const struct sockaddr *)&p->peer);
+    /* sovia run: its accept() gave up meanwhile (it waits for an
+     * establishing VI only so long): the client falls back at once. */
+    bool late = l->transparent && (port || !p->foreign) &&
+                sov_gave_up_take(l, port, p->unbound && !p->foreign ? p->token : -1);
+    bool room = !late && l->count < l->cap && awaited(l, port);
     if (room) {
         l->q[(l->head + l->count) % l->cap] = *p;
         l->count++;

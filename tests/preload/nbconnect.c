@@ -22,7 +22,14 @@
  *     on each; the other 2 exchange;
  *   - fork_pairing: a fork while the pairing is in flight (the server is
  *     continued by a helper 50 ms later, so the fork waits for the answer);
- *     the parent exchanges, the child exits: carried.
+ *     the parent exchanges, the child exits: carried;
+ *   - connect_again: connect() called again once the socket is writable
+ *     (ab does, to learn the result: 0 from the kernel, then EISCONN) is
+ *     the kernel's to answer, not a new connection: to a listener without
+ *     sovia (listen and accept made by system calls, not the preload's)
+ *     the client's child's record counts one kernel connection (two
+ *     before: a second VI was tried; to a sovia server whose accept() had
+ *     let the connection go, that VI then waited 1 s for a pairing).
  * PRELOAD_TEST_KERNEL=1 runs the same cases on kernel TCP (the "not
  * writable" check does not apply there: the kernel handshakes for a
  * stopped server).
@@ -33,6 +40,7 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -262,6 +270,49 @@ static void client_fork(struct p_role *r)
     exchange_all(r, &fd, 1);
 }
 
+static void nothing(struct p_role *r)
+{
+    (void)r;
+}
+
+static void again_child(void *arg)
+{
+    (void)arg;
+    /* A listener sovia does not know: the system calls themselves. */
+    int l = (int)SYS(socket(AF_INET, SOCK_STREAM, 0));
+    struct sockaddr_in a = p_loopback(0);
+    SYS(bind(l, (struct sockaddr *)&a, sizeof(a)));
+    SYS(syscall(SYS_listen, l, 16));
+    socklen_t len = sizeof(a);
+    SYS(getsockname(l, (struct sockaddr *)&a, &len));
+    int fd = (int)SYS(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0));
+    int rc = connect(fd, (struct sockaddr *)&a, sizeof(a));
+    CHECK(rc == 0 || errno == EINPROGRESS);
+    int s = (int)SYS(syscall(SYS_accept4, l, NULL, NULL, 0));
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    CHECK_EQ(poll(&p, 1, 10000), 1);
+    rc = connect(fd, (struct sockaddr *)&a, sizeof(a));
+    CHECK(rc == 0 || errno == EISCONN);
+    CHECK_ERR(connect(fd, (struct sockaddr *)&a, sizeof(a)), EISCONN);
+    char b[3] = "abc", c[3];
+    CHECK_EQ(send(fd, b, 3, 0), 3);
+    p_read_all(s, c, 3);
+    CHECK(memcmp(b, c, 3) == 0);
+    SYS(close(fd));
+    SYS(close(s));
+    SYS(close(l));
+}
+
+static void client_again(struct p_role *r)
+{
+    (void)r;
+    struct p_stat rec;
+    if (p_child_record(again_child, NULL, &rec) &&
+        (rec.carried != 0 || rec.kernel != 1 || rec.fell_back != 0))
+        FAILF("child: carried %u kernel %u fell_back %u, want 0 1 0", rec.carried, rec.kernel,
+              rec.fell_back);
+}
+
 int main(void)
 {
     p_init("nbconnect");
@@ -276,5 +327,6 @@ int main(void)
     p_case("close_early", server, client_close_early, P_NO_STATS);
     nconns = 1;
     p_case("fork_pairing", server, client_fork, P_CARRIED);
+    p_case("connect_again", nothing, client_again, P_NO_STATS);
     return p_done();
 }

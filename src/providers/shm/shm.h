@@ -260,6 +260,7 @@ struct shm_listener {
     unsigned refs;     /* the NIC's list holds one while listed */
     bool any_user;     /* takes requests of other users (VipxListenAnyUser) */
     atomic_bool closed; /* unlistened: waiters return */
+    atomic_uint taking; /* requests taken and not yet accepted or refused */
     pthread_mutex_t alock; /* arrivals */
     struct shm_arrival arrivals[SHM_ARRIVALS];
     unsigned narrivals;

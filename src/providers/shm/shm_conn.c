@@ -38,6 +38,10 @@ struct shm_pending {
     struct shm_msg msg;
     pid_t pid;
     bool foreign; /* another user than we are now */
+    /* The listener it came to, counting it as taken until it is accepted
+     * or refused (shm_listen_waiting), and holding a reference. */
+    struct shm_nic *snic;
+    struct shm_listener *l;
 };
 
 static socklen_t sock_name(struct sockaddr_un *sun, uid_t uid, const uint8_t *disc, uint16_t len)
@@ -593,6 +597,10 @@ VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
         struct shm_pending *pc = NULL;
         int nfds = 0;
         struct shm_arrival a;
+        /* From before it leaves the backlog or the arrivals until it is
+         * accepted or refused, a request counts as taken (no gap in which
+         * shm_listen_waiting would miss it). */
+        atomic_fetch_add(&l->taking, 1);
         for (nfds_t i = 1; i < n && !pc; i++)
             if (pfd[i].revents && arrival_take(l, pfd[i].fd, &a, NULL))
                 pc = read_request(&a, &nfds);
@@ -600,8 +608,15 @@ VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
         if (!pc && (pfd[0].revents & POLLIN) && accept_arrival(snic, l, &a) &&
             !(pc = read_request(&a, &nfds)) && nfds == -ETIMEDOUT)
             arrival_keep(l, &a);
-        if (!pc)
+        if (!pc) {
+            atomic_fetch_sub(&l->taking, 1);
             continue;
+        }
+        pthread_mutex_lock(&snic->lock);
+        l->refs++; /* the pending request's */
+        pthread_mutex_unlock(&snic->lock);
+        pc->snic = snic;
+        pc->l = l;
         conn->token = nfds == 5 ? pc->fds[4] : -1; /* the core's from now on */
         conn->peer_uid = a.uid;
         conn->foreign = a.foreign;
@@ -617,9 +632,10 @@ VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
     return r;
 }
 
-/* Requests that reached `local` and that no connect_wait has taken yet:
- * requesters in the listening socket's backlog, or arrivals whose REQUEST
- * is there to read (a silent one is not counted). */
+/* Requests that reached `local` and that are not answered yet: requesters
+ * in the listening socket's backlog, arrivals whose REQUEST is there to
+ * read (a silent one is not counted), and requests a connect_wait took
+ * and nobody accepted or refused yet. */
 bool shm_listen_waiting(struct vipl_nic *nic, const VIP_NET_ADDRESS *local)
 {
     struct shm_nic *snic = shm_nic(nic);
@@ -633,13 +649,21 @@ bool shm_listen_waiting(struct vipl_nic *nic, const VIP_NET_ADDRESS *local)
     for (unsigned i = 0; i < l->narrivals; i++)
         pfd[n++] = (struct pollfd){.fd = l->arrivals[i].sock, .events = POLLIN};
     pthread_mutex_unlock(&l->alock);
-    bool waiting = !atomic_load(&l->closed) && poll(pfd, n, 0) > 0;
+    bool waiting = !atomic_load(&l->closed) && (atomic_load(&l->taking) || poll(pfd, n, 0) > 0);
     listener_put(snic, l);
     return waiting;
 }
 
+/* Accepted or refused: no longer taken. */
+static void pending_done(struct shm_pending *pc)
+{
+    atomic_fetch_sub(&pc->l->taking, 1);
+    listener_put(pc->snic, pc->l);
+}
+
 static void pending_free(struct shm_pending *pc, bool close_sock)
 {
+    pending_done(pc);
     close_fds(pc->fds, 4);
     if (close_sock)
         VipxFdClose(pc->sock);
@@ -662,6 +686,7 @@ VIP_RETURN shm_connect_accept(struct vipl_conn *conn, struct vipl_vi *cvi)
         pending_free(pc, true);
         return VIP_ERROR_RESOURCE; /* the requester is gone */
     }
+    pending_done(pc);
     VIP_RETURN r = attach_peer(vi, &pc->msg, pc->fds, pc->sock, pc->pid, -1);
     free(pc); /* attach_peer owns the fds and the socket now */
     return r;
