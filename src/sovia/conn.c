@@ -615,6 +615,7 @@ static bool enqueue(struct sov_listener *l, const struct pending *p)
     bool late = l->transparent && (port || !p->foreign) &&
                 sov_gave_up_take(l, port, p->unbound && !p->foreign ? p->token : -1);
     bool room = !late && l->count < l->cap && awaited(l, port);
+    l->handled++;
     if (room) {
         l->q[(l->head + l->count) % l->cap] = *p;
         l->count++;
@@ -859,6 +860,7 @@ static void *connection_thread(void *arg)
          * and no accept() has come for it then. */
         bool late = l->transparent && (port || !p.foreign) &&
                     sov_gave_up_take(l, port, p.unbound && !p.foreign ? p.token : -1);
+        l->handled++;
         if (!late) {
             l->establishing_port = p.unbound ? SOV_ESTABLISHING_ANY : port;
             l->establishing_token = p.unbound && !p.foreign ? p.token : -1;

@@ -66,6 +66,9 @@ struct sov_listener {
      * wait for another connection's VI). Under s->wait_lock; the thread
      * closes it only after clearing establishing_port. */
     int establishing_token;
+    /* Requests the thread began or queued (under s->wait_lock): an
+     * accept() waiting for a VI sees the thread move on. */
+    uint32_t handled;
     pid_t owner; /* the process whose connection thread serves it */
     VIP_NET_ADDRESS *remote; /* the thread's buffer (here: reachable from a fork child) */
     struct establishing *est; /* the thread's (cap entries; here for the same reason) */

@@ -138,6 +138,9 @@ uint16_t sov_pending_port(struct pending *p)
     return port;
 }
 
+#define ACCEPT_STALL_NS 100000000u
+#define ACCEPT_WAIT_NS 1000000000u
+
 /* The server half, from accept(): takes the queued connection whose client
  * sent the kernel socket of `fd`'s connection, pairs it (our WAKEUP, then
  * the client's) and returns it; NULL when the client does not run sovia or
@@ -163,9 +166,13 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
     bool client_known = false;
     pthread_mutex_lock(&s->wait_lock);
     struct sov_listener *l = s->lst;
-    /* The client connects its VI before its kernel socket, so its entry is
-     * queued or being queued by the connection thread right now. */
-    uint64_t start = sov_now_ns(), end = start + 100000000u;
+    /* The client sends its VI's request before its kernel connect, so its
+     * entry is queued, being queued by the connection thread right now, or
+     * waiting for it. Up to ACCEPT_STALL_NS without the thread moving on
+     * (a burst of requests is taken in turn; a stuck thread is not waited
+     * for), and ACCEPT_WAIT_NS in all. */
+    uint64_t start = sov_now_ns(), end = start + ACCEPT_STALL_NS;
+    uint32_t moved = l ? l->handled : 0;
     while (l && !c) {
         for (unsigned i = 0; i < l->count; i++) {
             struct pending *p = &l->q[(l->head + i) % l->cap];
@@ -220,6 +227,10 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
          * be with the provider, not yet taken by the connection thread. */
         if (!c && !arriving && !xhost)
             arriving = VipxListenWaiting(sov_g.nic, l->addr) == VIP_SUCCESS;
+        if (l->handled != moved && now - start < ACCEPT_WAIT_NS) {
+            moved = l->handled;
+            end = now + ACCEPT_STALL_NS;
+        }
         if (c || !arriving || (now > end && now - start >= patience_ns)) {
             if (!c && !xhost)
                 sov_gave_up_note(l, port);
