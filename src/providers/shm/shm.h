@@ -203,9 +203,11 @@ struct shm_vi {
     /* Our slot in ctl->live.holder (index + 1; 0: none): this process holds
      * the VI since a fork and sleeps on a CQ of its own (shm_cq.c). */
     uint8_t holder;
-    /* A request sent and not answered yet (shm_connect_start): the
-     * listener's socket (-1: none), its process and whether our armed word
-     * follows the CQ meanwhile (relay_on). */
+    /* A request sent and not answered yet (shm_connect_start; req_open:
+     * false in a VI made any way, an imported one included): the
+     * listener's socket, its process and whether our armed word follows
+     * the CQ meanwhile (relay_on). */
+    bool req_open;
     int req_sock, req_pidfd;
     pid_t req_pid;
     bool req_relay, req_foreign;

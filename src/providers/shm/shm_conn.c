@@ -763,6 +763,7 @@ VIP_RETURN shm_connect_start(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local,
             VipxFdClose(pidfd);
         return VIP_NO_MATCH;
     }
+    vi->req_open = true;
     vi->req_sock = s;
     vi->req_pid = pid;
     vi->req_pidfd = pidfd;
@@ -774,8 +775,9 @@ VIP_RETURN shm_connect_start(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local,
 void shm_connect_abandon(struct vipl_vi *cvi)
 {
     struct shm_vi *vi = shm_vi(cvi);
-    if (vi->req_sock < 0)
+    if (!vi->req_open)
         return;
+    vi->req_open = false;
     if (vi->req_relay)
         shm_cq_relay(shm_cq(cvi->recv_cq), vi, false);
     if (vi->req_pidfd >= 0)
@@ -788,7 +790,7 @@ VIP_RETURN shm_connect_finish(struct vipl_vi *cvi, const struct timespec *deadli
                               VIP_VI_ATTRIBUTES *rattrs)
 {
     struct shm_vi *vi = shm_vi(cvi);
-    if (vi->req_sock < 0)
+    if (!vi->req_open)
         return VIP_INVALID_STATE;
     struct shm_msg m;
     int fds[5];
@@ -798,7 +800,8 @@ VIP_RETURN shm_connect_finish(struct vipl_vi *cvi, const struct timespec *deadli
     if (n == 4 && m.type == SHM_MSG_ACCEPT && !(vi->req_foreign && m.wake_sock == SHM_WAKE_SOCKET)) {
         int s = vi->req_sock, pidfd = vi->req_pidfd;
         bool relay = vi->req_relay;
-        vi->req_sock = vi->req_pidfd = -1; /* attach_peer's now */
+        vi->req_open = false; /* attach_peer's now */
+        vi->req_sock = vi->req_pidfd = -1;
         VIP_RETURN r = attach_peer(vi, &m, fds, s, vi->req_pid, pidfd);
         if (r == VIP_SUCCESS)
             *rattrs = shm_attrs_of(&m);

@@ -39,7 +39,6 @@ VIP_RETURN shm_create_vi(struct vipl_vi *cvi, const VIPX_VI_CONFIG *cfg)
     vi->arena_len = (uint32_t)cfg->ArenaBytes;
     vi->inheritable = cfg->Flags & VIPX_VI_INHERITABLE;
     vi->ctl_fd = vi->rx_fd = -1;
-    vi->req_sock = vi->req_pidfd = -1;
     vi->rq = calloc(vi->depth, sizeof(*vi->rq));
     vi->sq = calloc(vi->depth, sizeof(*vi->sq));
     if (!vi->rq || !vi->sq || shm_vi_segments_create(vi) != 0)
