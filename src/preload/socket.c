@@ -557,6 +557,18 @@ PRELOAD_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t addrle
     bool tcp = addr && addrlen >= sizeof(struct sockaddr_in) && !carried(fd) &&
                (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) &&
                tcp_stream(fd, &domain) && addr->sa_family == domain;
+    /* A second connect() on a connected socket (ab calls it again once the
+     * socket is writable, to learn the result; the kernel says 0 once,
+     * then EISCONN) is the kernel's to answer: a connection that fell
+     * back got a second VI, which waited for a pairing its server never
+     * began (1 s, the pairing timeout). */
+    if (tcp) {
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof(peer);
+        int saved = errno;
+        tcp = getpeername(fd, (struct sockaddr *)&peer, &plen) != 0;
+        errno = saved;
+    }
     bool too_short = false; /* shortconn.c */
     if (tcp && sov_addr_port(addr) != 0 &&
         (sov_addr_is_local(addr, addrlen) || sov_tp_host_worth_trying(addr)) &&

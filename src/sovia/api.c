@@ -478,6 +478,11 @@ static void fork_unlock_sockets(bool child)
 static void share_at_fork(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
+    /* A non-blocking connect's VI still waiting for its listener's answer:
+     * the answer comes on one descriptor, and this process takes it now
+     * (a child's copy of that descriptor must not take it instead). */
+    if (c && c->connecting)
+        sov_connect_finish(c, 1000);
     if (!s->dead && s->kind == SK_CONNECTED && c && !c->rec && !c->rec_forking) {
         sov_progress(s);
         if (c->clen && !c->reset)

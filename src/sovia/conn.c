@@ -202,6 +202,8 @@ void sov_conn_destroy(struct sov_conn *c)
     atomic_fetch_add(&sov_g.bytes_sent, c->stats.bytes_sent - c->base_sent);
     atomic_fetch_add(&sov_g.bytes_received, c->taken);
     sov_shared_drop(c);
+    if (c->connecting) /* a non-blocking connect's request, unanswered */
+        VipxConnectAbandon(c->vi);
     VIP_VI_STATE st = VIP_STATE_IDLE;
     if (c->vi)
         VipQueryVi(c->vi, &st, NULL, NULL, NULL);
@@ -615,7 +617,13 @@ int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len)
 static bool enqueue(struct sov_listener *l, const struct pending *p)
 {
     pthread_mutex_lock(&l->s->wait_lock);
-    bool room = l->count < l->cap && awaited(l, sov_addr_port((const struct sockaddr *)&p->peer));
+    uint16_t port = sov_addr_port((const struct sockaddr *)&p->peer);
+    /* sovia run: its accept() gave up meanwhile (it waits for an
+     * establishing VI only so long): the client falls back at once. */
+    bool late = l->transparent && (port || !p->foreign) &&
+                sov_gave_up_take(l, port, p->unbound && !p->foreign ? p->token : -1);
+    bool room = !late && l->count < l->cap && awaited(l, port);
+    l->handled++;
     if (room) {
         l->q[(l->head + l->count) % l->cap] = *p;
         l->count++;
@@ -865,10 +873,24 @@ static void *connection_thread(void *arg)
             VipxConnToken(ch, &p.token);
         pthread_mutex_lock(&l->s->wait_lock);
         p.unbound = l->transparent && !l->ticketed && sov_addr_port((struct sockaddr *)&p.peer) == 0;
-        l->establishing_port = p.unbound ? SOV_ESTABLISHING_ANY
-                                         : sov_addr_port((struct sockaddr *)&p.peer);
-        l->establishing_token = p.unbound && !p.foreign ? p.token : -1;
+        uint16_t port = sov_addr_port((struct sockaddr *)&p.peer);
+        /* Its accept() came and went (sov_accept_match): kernel TCP. An
+         * unbound client's token has no port before its kernel connect,
+         * and no accept() has come for it then. */
+        bool late = l->transparent && (port || !p.foreign) &&
+                    sov_gave_up_take(l, port, p.unbound && !p.foreign ? p.token : -1);
+        l->handled++;
+        if (!late) {
+            l->establishing_port = p.unbound ? SOV_ESTABLISHING_ANY : port;
+            l->establishing_token = p.unbound && !p.foreign ? p.token : -1;
+        }
         pthread_mutex_unlock(&l->s->wait_lock);
+        if (late) {
+            VipConnectReject(ch); /* the client falls back at once */
+            sov_pending_drop(&p);
+            settle(l, est, &nest);
+            continue;
+        }
         bool ok = VipConnectAccept(ch, p.conn->vi) == VIP_SUCCESS;
         int st = 1; /* sovia run: WAKEUP waits for accept() */
         if (ok && !l->transparent) {

@@ -209,6 +209,11 @@ struct sov_conn {
      * to pair it with the kernel connection (docs/ARCHITECTURE.md). */
     bool tentative;
     uint64_t tentative_since_ns;
+    /* sovia run, a non-blocking connect(): the VI's request went to the
+     * server's listener and its answer (ACCEPT) has not been taken yet
+     * (sov_tp_connect_finish); -errno once it failed (falls back). */
+    bool connecting;
+    int connect_err;
     /* sovia run: the listening process says another of its processes
      * accepted our kernel connection; reconnect to that one (its ticket).
      * Once: a connection made by following one takes no other. */
@@ -696,9 +701,15 @@ size_t sov_vi_take(struct sov_sock *s, void *buf, size_t len); /* data.c */
 int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);
 /* ticket: 0, or listen at that ticket's address of s->local (sovia run). */
 int sov_listen_start(struct sov_sock *s, int backlog, bool transparent, uint32_t ticket);
-/* To `peer`'s own address, or its ticket's (sovia run's REDIRECT). */
+/* To `peer`'s own address, or its ticket's (sovia run's REDIRECT).
+ * `async`: the request only goes, and c->connecting says its answer is
+ * still to take (sov_connect_finish). */
 int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *local,
-                          const struct sockaddr *peer, uint32_t ticket);
+                          const struct sockaddr *peer, uint32_t ticket, bool async);
+/* Takes the answer to an async request, waiting up to `wait_ms` (0: only
+ * looks): false while none came; true once c->connecting is over, with
+ * c->connect_err 0 (a tentative VI now) or the -errno it failed with. */
+bool sov_connect_finish(struct sov_conn *c, unsigned wait_ms);
 /* patience_ns: how long to wait for a VI that is not even arriving yet. */
 struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct sockaddr *peer,
                                   uint64_t patience_ns);

@@ -110,7 +110,7 @@ int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struc
         return -ENOMEM;
     s->gen++;
     struct sov_conn *c = sov_conn_create(&s->cfg, far, &err);
-    if (c && (err = sov_connect_tentative(c, fd, local, peer, 0)) != 0) {
+    if (c && (err = sov_connect_tentative(c, fd, local, peer, 0, nonblock)) != 0) {
         sov_conn_destroy(c);
         c = NULL;
     }
@@ -295,6 +295,7 @@ int sov_tp_claim(int fd, const struct sockaddr *listening, uid_t owner, uint32_t
 }
 
 static void fall_back(struct sov_sock *s);
+static bool kernel_spoke(const struct sov_sock *s, bool server);
 
 /* ---- Bytes written before the pairing ------------------------------------------ */
 
@@ -310,7 +311,10 @@ static bool takes_early(const struct sov_sock *s)
 
 bool sov_tp_early_room(const struct sov_sock *s)
 {
-    return takes_early(s) && s->conn->early_len < s->conn->send_mtu;
+    /* Not while the listener has not answered: the socket is not
+     * writable before its rendezvous, as a kernel socket before its
+     * handshake (a send meanwhile is taken all the same). */
+    return takes_early(s) && !s->conn->connecting && s->conn->early_len < s->conn->send_mtu;
 }
 
 ssize_t sov_tp_send_early(struct sov_sock *s, const struct iovec *iov, int iovcnt, bool whole)
@@ -363,7 +367,6 @@ static void send_early(struct sov_sock *s)
 #define CLOSE_ANSWER_NS 20000000u
 
 static void write_kernel(struct sov_sock *s);
-static bool kernel_spoke(const struct sov_sock *s, bool server);
 static int follow_redirect(struct sov_sock *s);
 
 /* 100 us with the socket's lock released (the client's answer comes from
@@ -392,15 +395,21 @@ void sov_tp_close_settle(struct sov_sock *s, bool abortive)
         return;
     uint64_t end = sov_now_ns() + CLOSE_ANSWER_NS;
     for (;;) {
-        sov_progress(s);
-        if (s->conn->redirect) /* failed: the VI it leaves resets */
-            follow_redirect(s);
+        /* A non-blocking connect's VI not answered yet: its answer first. */
+        bool refused = s->conn->connecting && sov_connect_finish(s->conn, 0) &&
+                       s->conn->connect_err;
+        if (!s->conn->connecting && !refused) {
+            sov_progress(s);
+            if (s->conn->redirect) /* failed: the VI it leaves resets */
+                follow_redirect(s);
+        }
         struct sov_conn *c = s->conn;
-        if (c->peer_window && !c->tentative && !c->reset) {
+        if (!c->connecting && !refused && c->peer_window && !c->tentative && !c->reset) {
             send_early(s);
             return;
         }
-        if (c->reset || sov_now_ns() > end || (client && c->tentative && kernel_spoke(s, false))) {
+        if (refused || c->reset || sov_now_ns() > end ||
+            (client && c->tentative && kernel_spoke(s, false))) {
             write_kernel(s);
             atomic_fetch_add(&sov_g.tp_fell_back, 1);
             c->early_len = 0;
@@ -473,7 +482,7 @@ static int follow_redirect(struct sov_sock *s)
     if (!c)
         return err;
     err = sov_connect_tentative(c, s->fd, (struct sockaddr *)&local, (struct sockaddr *)&peer,
-                                ticket);
+                                ticket, false);
     if (err) {
         sov_conn_destroy(c);
         return err;
@@ -497,6 +506,32 @@ static int follow_redirect(struct sov_sock *s)
     return 0;
 }
 
+/* A non-blocking connect's VI whose listener had not answered when
+ * connect() returned (caller holds s->lock; c->connecting, or it failed
+ * while a fork waited for it: c->connect_err): 1 while no
+ * answer came (or the socket's own pairing timeout has not run out); 0
+ * once it came, and the pairing goes on as for a blocking connect; -1
+ * when the connection left for the kernel socket (lock released): the
+ * listener refused (its queue full: as a refusal before connect()
+ * returned, kernel TCP), the kernel connection failed or its peer spoke
+ * first, or no answer came in time. */
+static int connect_step(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    if (c->connecting && kernel_spoke(s, false)) { /* a failed kernel connect: POLLERR */
+        fall_back(s);
+        return -1;
+    }
+    if (!sov_connect_finish(c, 0))
+        return 1;
+    if (c->connect_err) {
+        atomic_fetch_add(&sov_g.tp_kernel, 1);
+        sov_tp_fall_back(s);
+        return -1;
+    }
+    return 0;
+}
+
 /* Caller holds s->lock. Paired once the peer's WAKEUP opened our window
  * (and, on the client, ours answered it). */
 enum sov_tp_state sov_tp_settle(struct sov_sock *s)
@@ -510,6 +545,11 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
     }
     if (!c || !s->tp_waiting)
         return SOV_TP_PAIRED;
+    if (c->connecting || c->connect_err) {
+        int st = connect_step(s);
+        if (st != 0)
+            return st > 0 ? SOV_TP_PENDING : SOV_TP_FELL_BACK;
+    }
     bool server = !c->tentative_since_ns;
     /* A client that has not answered looks at the kernel socket first: a
      * server that gave up waiting for the answer (it closed or shut down

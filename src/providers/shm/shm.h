@@ -207,6 +207,14 @@ struct shm_vi {
     /* Our slot in ctl->live.holder (index + 1; 0: none): this process holds
      * the VI since a fork and sleeps on a CQ of its own (shm_cq.c). */
     uint8_t holder;
+    /* A request sent and not answered yet (shm_connect_start; req_open:
+     * false in a VI made any way, an imported one included): the
+     * listener's socket, its process and whether our armed word follows
+     * the CQ meanwhile (relay_on). */
+    bool req_open;
+    int req_sock, req_pidfd;
+    pid_t req_pid;
+    bool req_relay, req_foreign;
 };
 
 struct shm_cq {
@@ -258,6 +266,7 @@ struct shm_listener {
     unsigned refs;     /* the NIC's list holds one while listed */
     bool any_user;     /* takes requests of other users (VipxListenAnyUser) */
     atomic_bool closed; /* unlistened: waiters return */
+    atomic_uint taking; /* requests taken and not yet accepted or refused */
     pthread_mutex_t alock; /* arrivals */
     struct shm_arrival arrivals[SHM_ARRIVALS];
     unsigned narrivals;
@@ -395,6 +404,12 @@ void shm_connect_reject(struct vipl_conn *conn);
 VIP_RETURN shm_connect_request(struct vipl_vi *vi, const VIP_NET_ADDRESS *local,
                                const VIP_NET_ADDRESS *remote, const struct timespec *deadline,
                                VIP_VI_ATTRIBUTES *rattrs);
+VIP_RETURN shm_connect_start(struct vipl_vi *vi, const VIP_NET_ADDRESS *local,
+                             const VIP_NET_ADDRESS *remote);
+VIP_RETURN shm_connect_finish(struct vipl_vi *vi, const struct timespec *deadline,
+                              VIP_VI_ATTRIBUTES *rattrs);
+void shm_connect_abandon(struct vipl_vi *vi);
+bool shm_listen_waiting(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
 VIP_RETURN shm_disconnect(struct vipl_vi *vi);
 VIP_RETURN shm_share_vi(struct vipl_vi *vi);
 VIP_RETURN shm_nudge_vi(struct vipl_vi *vi);

@@ -90,6 +90,7 @@ fail:
 void shm_destroy_vi(struct vipl_vi *cvi)
 {
     struct shm_vi *vi = shm_vi(cvi);
+    shm_connect_abandon(cvi); /* a request still unanswered */
     if (cvi->recv_cq)
         shm_cq_detach(shm_cq(cvi->recv_cq), vi);
     if (cvi->send_cq && cvi->send_cq != cvi->recv_cq)
