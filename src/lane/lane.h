@@ -12,6 +12,7 @@
 
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -29,6 +30,7 @@ struct lane_side {
 struct lane_config {
     const char *dev; /* the TUN device's name, in both namespaces */
     unsigned mtu;
+    bool offload;    /* IFF_VNET_HDR with checksum and TSO offloads */
     char disc[48];   /* the VI connection's discriminator (both sides) */
 };
 
@@ -54,8 +56,11 @@ int lane_pair_wait(struct lane_pair *lp, volatile sig_atomic_t *stop);
 int lane_pair_stop(struct lane_pair *lp);
 
 /* lane_tun.c: opens the TUN device `name` in the calling thread's namespace
- * and gives it the MTU and address, up. The fd, or -1 after a message. */
-int lane_tun_open(const char *name, unsigned mtu, struct in_addr addr, unsigned prefix);
+ * and gives it the MTU and address, up; with offload, frames carry a
+ * struct virtio_net_hdr and may be TCP segments of up to 64 KB (TSO) with
+ * partial checksums. The fd, or -1 after a message. */
+int lane_tun_open(const char *name, unsigned mtu, struct in_addr addr, unsigned prefix,
+                  bool offload);
 /* Enters the network namespace `ns` (a /run/netns name or a path), calling
  * thread only. 0, or -1 after a message. */
 int lane_enter_netns(const char *ns);

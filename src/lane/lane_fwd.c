@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/virtio_net.h>
 #include <vipl.h>
 #include <vipl_ext.h>
 
@@ -33,7 +34,8 @@ struct lane_ep {
     VIP_PROTECTION_HANDLE ptag;
     VIP_VI_HANDLE vi;
     size_t slot;             /* the MTU, rounded up to cache lines */
-    unsigned mtu;
+    unsigned frame;          /* the longest message: the MTU, or a GSO frame with its header */
+    bool vnet;               /* frames start with a struct virtio_net_hdr */
     unsigned char *arena;    /* LANE_NRECV receive slots */
     VIP_MEM_HANDLE arena_mh;
     VIP_DESCRIPTOR *descs;   /* LANE_NRECV receives + 1 send */
@@ -66,7 +68,7 @@ static void fill_recv(struct lane_ep *ep, unsigned i)
     d->CS.SegCount = 1;
     d->DS[0].Local.Data.Address = ep->arena + (size_t)i * ep->slot;
     d->DS[0].Local.Handle = ep->arena_mh;
-    d->DS[0].Local.Length = ep->mtu;
+    d->DS[0].Local.Length = ep->frame;
 }
 
 static int setup_memory(struct lane_ep *ep)
@@ -92,7 +94,7 @@ static int setup_memory(struct lane_ep *ep)
     memset(ep->descs, 0, dlen);
     if ((rc = VipRegisterMem(ep->nic, ep->descs, dlen, &ma, &ep->desc_mh)) != VIP_SUCCESS)
         return fail("VipRegisterMem(descriptors)", rc);
-    ep->sbuf_len = (ep->mtu + 4095u) & ~(size_t)4095;
+    ep->sbuf_len = (ep->frame + 4095u) & ~(size_t)4095;
     ep->sbuf = mmap(NULL, ep->sbuf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (ep->sbuf == MAP_FAILED) {
         ep->sbuf = NULL;
@@ -154,8 +156,11 @@ static int ep_open(struct lane_ep *ep, const struct lane_config *cfg, int role)
     VIPX_VI_CONFIG vc;
     VIP_RETURN rc;
 
-    ep->mtu = cfg->mtu;
-    ep->slot = (cfg->mtu + 63u) & ~(size_t)63;
+    ep->vnet = cfg->offload;
+    /* With TSO the kernel hands over segments of up to 64 KB whatever the
+     * MTU, each behind its virtio-net header. */
+    ep->frame = cfg->offload ? (unsigned)sizeof(struct virtio_net_hdr) + LANE_MAX_MTU : cfg->mtu;
+    ep->slot = (ep->frame + 63u) & ~(size_t)63;
     if ((rc = VipOpenNic(NULL, &ep->nic)) != VIP_SUCCESS) {
         ep->nic = NULL;
         return fail("VipOpenNic", rc);
@@ -165,7 +170,7 @@ static int ep_open(struct lane_ep *ep, const struct lane_config *cfg, int role)
     memset(&va, 0, sizeof va);
     /* A NIC's semantics: a frame that finds no receive posted is dropped. */
     va.ReliabilityLevel = VIP_SERVICE_UNRELIABLE;
-    va.MaxTransferSize = cfg->mtu;
+    va.MaxTransferSize = ep->frame;
     va.Ptag = ep->ptag;
     memset(&vc, 0, sizeof vc);
     vc.QueueDepth = 2 * LANE_NRECV;
@@ -206,7 +211,7 @@ static void *tun_to_vi(void *arg)
     struct pollfd pfd = {.fd = ep->tun, .events = POLLIN};
 
     while (!stopping(ep)) {
-        ssize_t n = read(ep->tun, ep->sbuf, ep->mtu);
+        ssize_t n = read(ep->tun, ep->sbuf, ep->frame);
         if (n < 0 && errno == EAGAIN) {
             if (poll(&pfd, 1, LANE_TICK_MS) < 0 && errno != EINTR)
                 break;
@@ -250,6 +255,24 @@ static bool frame_ok(const unsigned char *f, size_t len)
     return false;
 }
 
+/* The header is checked again by the kernel (virtio_net_hdr_to_skb); here
+ * only what LANE asks for may pass: TCP segmentation, partial checksums. */
+static bool vnet_frame_ok(const unsigned char *f, size_t len)
+{
+    struct virtio_net_hdr h;
+    const size_t hl = sizeof h;
+    if (len <= hl)
+        return false;
+    memcpy(&h, f, hl);
+    unsigned gso = h.gso_type & ~VIRTIO_NET_HDR_GSO_ECN;
+    if (gso != VIRTIO_NET_HDR_GSO_NONE && gso != VIRTIO_NET_HDR_GSO_TCPV4 &&
+        gso != VIRTIO_NET_HDR_GSO_TCPV6)
+        return false;
+    if (h.flags & ~(VIRTIO_NET_HDR_F_NEEDS_CSUM | VIRTIO_NET_HDR_F_DATA_VALID))
+        return false;
+    return frame_ok(f + hl, len - hl);
+}
+
 static int vi_to_tun(struct lane_ep *ep)
 {
     while (!stopping(ep)) {
@@ -271,7 +294,7 @@ static int vi_to_tun(struct lane_ep *ep)
         } else {
             size_t len = d->CS.Length;
             const unsigned char *f = ep->arena + i * ep->slot;
-            if (len > ep->mtu || !frame_ok(f, len))
+            if (len > ep->frame || !(ep->vnet ? vnet_frame_ok(f, len) : frame_ok(f, len)))
                 ep->dropped_bad++;
             else if (write(ep->tun, f, len) < 0 && (errno == EBADFD || errno == EIO))
                 break; /* the device was deleted; other errors drop one frame */
@@ -296,7 +319,7 @@ int lane_forward(const struct lane_config *cfg, const struct lane_side *side, in
         goto out;
     if (lane_enter_netns(side->ns) != 0)
         goto out;
-    ep.tun = lane_tun_open(cfg->dev, cfg->mtu, side->addr, side->prefix);
+    ep.tun = lane_tun_open(cfg->dev, cfg->mtu, side->addr, side->prefix, cfg->offload);
     if (ep.tun < 0)
         goto out;
     if (pthread_create(&tx, NULL, tun_to_vi, &ep) != 0) {

@@ -43,7 +43,8 @@ static int set_addr(int s, struct ifreq *ifr, unsigned long req, struct in_addr 
     return ioctl(s, req, ifr);
 }
 
-int lane_tun_open(const char *name, unsigned mtu, struct in_addr addr, unsigned prefix)
+int lane_tun_open(const char *name, unsigned mtu, struct in_addr addr, unsigned prefix,
+                  bool offload)
 {
     struct ifreq ifr;
     const char *what = "open /dev/net/tun";
@@ -52,10 +53,14 @@ int lane_tun_open(const char *name, unsigned mtu, struct in_addr addr, unsigned 
     if (fd < 0)
         goto fail;
     memset(&ifr, 0, sizeof ifr);
-    ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
+    ifr.ifr_flags = IFF_TUN | IFF_NO_PI | (offload ? IFF_VNET_HDR : 0);
     snprintf(ifr.ifr_name, IFNAMSIZ, "%s", name);
     what = "TUNSETIFF";
     if (ioctl(fd, TUNSETIFF, &ifr) != 0)
+        goto fail;
+    /* The header stays the default struct virtio_net_hdr (10 bytes). */
+    what = "TUNSETOFFLOAD";
+    if (offload && ioctl(fd, TUNSETOFFLOAD, TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6) != 0)
         goto fail;
     what = "socket";
     if ((s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)

@@ -2,9 +2,10 @@
 """`sovia lane`: kernel TCP and ICMP between two network namespaces over a
 VI (docs/LANE.md). A TCP stream of a few MiB arrives whole (sha256), echoes
 of sizes up to 60000 B come back intact (at MTU 65535 and, fragmented, at
-1500), and `down`, SIGTERM and SIGKILL of `up` each leave no device,
+1500), with --offload (IFF_VNET_HDR, TSO) TCP crosses in 64 KB segments, and `down`, SIGTERM and SIGKILL of `up` each leave no device,
 process or /dev/shm file behind. Namespaces are the test's own, removed
 however it exits. Skips (77) without root, /dev/net/tun or netns."""
+import json
 import os
 import signal
 import subprocess
@@ -113,7 +114,17 @@ def main():
     stream(2 << 20)
     p.send_signal(signal.SIGTERM)
     assert gone(p, "SIGTERM") == 0
-    # 3. SIGKILL of `up`: its forwarders die with it (PR_SET_PDEATHSIG).
+    # 3. --offload: MTU 1500, yet TCP crosses in TSO segments of tens of KB
+    # (one VI message each, behind a virtio-net header).
+    p = up("--offload")
+    stream(4 << 20)
+    ping([56, 4000])
+    tx = sh("ip", "-n", NS[0], "-s", "-j", "link", "show", "lanet0").stdout
+    st = json.loads(tx)[0]["stats64"]["tx"]
+    assert st["bytes"] / st["packets"] > 8000, st
+    p.send_signal(signal.SIGTERM)
+    assert gone(p, "SIGTERM") == 0
+    # 4. SIGKILL of `up`: its forwarders die with it (PR_SET_PDEATHSIG).
     p = up()
     p.kill()
     time.sleep(0.5)

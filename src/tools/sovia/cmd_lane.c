@@ -27,6 +27,7 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: sovia lane up --ns A --ns B --addr ADDR_A/P,ADDR_B/P [--dev NAME] [--mtu N]\n"
+               "                [--offload]\n"
                "       sovia lane down --ns A --ns B [--dev NAME]\n"
                "\n"
                "LANE (seed 003's LAN emulation): kernel TCP/IP between two network namespaces\n"
@@ -38,7 +39,9 @@ static void usage(FILE *f)
                "  --ns NS     a namespace (a name under /run/netns, or a path); twice\n"
                "  --addr A,B  the two sides' IPv4 addresses with prefix length\n"
                "  --dev NAME  the device's name in both namespaces\n"
-               "  --mtu N     the devices' MTU, %u..%u (default %u)\n"
+               "  --mtu N     the devices' MTU, %u..%u (default %u; 1500 with --offload)\n"
+               "  --offload   IFF_VNET_HDR with checksum and TSO offloads: a TCP segment\n"
+               "              of up to 64 KB crosses as one message whatever the MTU\n"
                "`down` deletes the devices (with `ip`); the forwarders then end.\n",
             LANE_MIN_MTU, LANE_MAX_MTU, LANE_DEFAULT_MTU);
 }
@@ -98,6 +101,7 @@ int cmd_lane(int argc, char **argv)
     struct lane_side sides[2];
     const char *ns[2] = {NULL, NULL}, *addr = NULL;
     int nns = 0;
+    bool mtu_set = false;
 
     memset(sides, 0, sizeof sides);
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
@@ -112,6 +116,12 @@ int cmd_lane(int argc, char **argv)
         if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
             usage(stdout);
             return 0;
+        }
+        if (strcmp(o, "--offload") == 0) {
+            cfg.offload = true;
+            if (!mtu_set)
+                cfg.mtu = 1500;
+            continue;
         }
         if (!v)
             return cli_usage_error("lane", "%s needs a value", o);
@@ -131,6 +141,7 @@ int cmd_lane(int argc, char **argv)
             if (!cli_parse_u64(v, &m) || m < LANE_MIN_MTU || m > LANE_MAX_MTU)
                 return cli_usage_error("lane", "--mtu must be %u..%u", LANE_MIN_MTU, LANE_MAX_MTU);
             cfg.mtu = (unsigned)m;
+            mtu_set = true;
         } else {
             return cli_usage_error("lane", "unknown option '%s'", o);
         }
