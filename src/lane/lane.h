@@ -12,6 +12,7 @@
 
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -38,10 +39,11 @@ struct lane_config {
  * caller's namespace (the shm provider's rendezvous sockets are abstract,
  * hence per namespace), then enters side->ns, brings the TUN device up and
  * forwards until *stop is set, the device is deleted or the peer goes.
- * ready_fd (-1: none) gets one byte once the device is up. 0, or -1 after a
- * message on stderr. */
+ * ready_fd (-1: none) gets one byte once the device is up. *stop is atomic:
+ * a signal handler sets it and both forwarding threads read it. 0, or -1
+ * after a message on stderr. */
 int lane_forward(const struct lane_config *cfg, const struct lane_side *side, int role,
-                 int ready_fd, volatile sig_atomic_t *stop);
+                 int ready_fd, atomic_int *stop);
 
 /* lane_pair.c: the two forwarders as child processes of the caller, which
  * stay in its namespace until connected. start: fills cfg->disc, returns 0

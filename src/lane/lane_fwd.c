@@ -44,7 +44,7 @@ struct lane_ep {
     size_t sbuf_len;
     VIP_MEM_HANDLE sbuf_mh;
     int tun;
-    volatile sig_atomic_t *stop;
+    atomic_int *stop;
     atomic_bool done;        /* either loop ended: the other follows */
     unsigned long long dropped_bad; /* frames from the peer that were not IP */
 };
@@ -57,7 +57,7 @@ static int fail(const char *what, VIP_RETURN rc)
 
 static bool stopping(struct lane_ep *ep)
 {
-    return *ep->stop || atomic_load(&ep->done);
+    return atomic_load(ep->stop) || atomic_load(&ep->done);
 }
 
 static void fill_recv(struct lane_ep *ep, unsigned i)
@@ -140,7 +140,7 @@ static int vi_connect(struct lane_ep *ep, const char *disc, int role)
         /* The other side may not listen yet. */
         for (int tries = 0;; tries++) {
             rc = VipConnectRequest(ep->vi, local, remote, CONNECT_WAIT_MS, &ra);
-            if (rc != VIP_NO_MATCH || tries > 2500 || *ep->stop)
+            if (rc != VIP_NO_MATCH || tries > 2500 || atomic_load(ep->stop))
                 break;
             nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
         }
@@ -308,7 +308,7 @@ static int vi_to_tun(struct lane_ep *ep)
 }
 
 int lane_forward(const struct lane_config *cfg, const struct lane_side *side, int role,
-                 int ready_fd, volatile sig_atomic_t *stop)
+                 int ready_fd, atomic_int *stop)
 {
     struct lane_ep ep = {.tun = -1, .stop = stop};
     pthread_t tx;

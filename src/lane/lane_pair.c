@@ -14,11 +14,13 @@
 #include <time.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t child_stop;
+/* Lock-free, so a handler may store it; read by the forwarder's threads. */
+static atomic_int child_stop;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the stop flag is set in a signal handler");
 
 static void on_term(int sig)
 {
-    child_stop = sig;
+    atomic_store(&child_stop, sig);
 }
 
 static pid_t spawn(const struct lane_config *cfg, const struct lane_side *side, int role,

@@ -65,10 +65,17 @@ def up(*extra):
 def gone(p, how):
     """After `how` stopped it: up has exited, no forwarder, no device."""
     rc = p.wait(timeout=10)
+    # After SIGKILL the forwarders end on their own (PR_SET_PDEATHSIG), a
+    # little later: give them a few seconds (sanitizer builds are slow).
+    deadline = time.time() + 5
+    while True:
+        left = sh("pgrep", "-f", "lane up --ns " + NS[0], check=False).stdout.split()
+        if not left or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    assert not left, (how, "forwarders left", left)
     for ns in NS:
         assert "lanet0" not in devices(ns), (how, devices(ns))
-    left = sh("pgrep", "-f", "lane up --ns " + NS[0], check=False).stdout.split()
-    assert not left, (how, "forwarders left", left)
     return rc
 
 
@@ -127,7 +134,6 @@ def main():
     # 4. SIGKILL of `up`: its forwarders die with it (PR_SET_PDEATHSIG).
     p = up()
     p.kill()
-    time.sleep(0.5)
     gone(p, "SIGKILL")
     assert shm_files() <= shm0, shm_files() - shm0
     # A second link on the same names after all that: nothing was left held.
