@@ -57,6 +57,11 @@ int lane_pair_start(struct lane_pair *lp, struct lane_config *cfg, const struct 
 int lane_pair_wait(struct lane_pair *lp, volatile sig_atomic_t *stop);
 int lane_pair_stop(struct lane_pair *lp);
 
+/* lane_frame.c: whether `len` bytes from the peer are one whole IPv4 or
+ * IPv6 packet by its own header (with vnet: behind a struct virtio_net_hdr
+ * asking only for TCP segmentation and partial checksums). */
+bool lane_frame_ok(const unsigned char *f, size_t len, bool vnet);
+
 /* lane_tun.c: opens the TUN device `name` in the calling thread's namespace
  * and gives it the MTU and address, up; with offload, frames carry a
  * struct virtio_net_hdr and may be TCP segments of up to 64 KB (TSO) with

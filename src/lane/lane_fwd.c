@@ -21,7 +21,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
-#include <linux/virtio_net.h>
+#include <linux/virtio_net.h> /* struct virtio_net_hdr: its size */
 #include <vipl.h>
 #include <vipl_ext.h>
 
@@ -242,37 +242,6 @@ static void *tun_to_vi(void *arg)
     return NULL;
 }
 
-/* A frame from the peer is hostile input: it must be a whole IPv4 or IPv6
- * packet by its own header, no longer than what arrived. */
-static bool frame_ok(const unsigned char *f, size_t len)
-{
-    if (len >= 20 && f[0] >> 4 == 4) {
-        size_t ihl = (size_t)(f[0] & 15) * 4, tot = (size_t)f[2] << 8 | f[3];
-        return ihl >= 20 && tot >= ihl && tot == len;
-    }
-    if (len >= 40 && f[0] >> 4 == 6)
-        return ((size_t)f[4] << 8 | f[5]) + 40 == len;
-    return false;
-}
-
-/* The header is checked again by the kernel (virtio_net_hdr_to_skb); here
- * only what LANE asks for may pass: TCP segmentation, partial checksums. */
-static bool vnet_frame_ok(const unsigned char *f, size_t len)
-{
-    struct virtio_net_hdr h;
-    const size_t hl = sizeof h;
-    if (len <= hl)
-        return false;
-    memcpy(&h, f, hl);
-    unsigned gso = h.gso_type & ~VIRTIO_NET_HDR_GSO_ECN;
-    if (gso != VIRTIO_NET_HDR_GSO_NONE && gso != VIRTIO_NET_HDR_GSO_TCPV4 &&
-        gso != VIRTIO_NET_HDR_GSO_TCPV6)
-        return false;
-    if (h.flags & ~(VIRTIO_NET_HDR_F_NEEDS_CSUM | VIRTIO_NET_HDR_F_DATA_VALID))
-        return false;
-    return frame_ok(f + hl, len - hl);
-}
-
 static int vi_to_tun(struct lane_ep *ep)
 {
     while (!stopping(ep)) {
@@ -294,7 +263,7 @@ static int vi_to_tun(struct lane_ep *ep)
         } else {
             size_t len = d->CS.Length;
             const unsigned char *f = ep->arena + i * ep->slot;
-            if (len > ep->frame || !(ep->vnet ? vnet_frame_ok(f, len) : frame_ok(f, len)))
+            if (len > ep->frame || !lane_frame_ok(f, len, ep->vnet))
                 ep->dropped_bad++;
             else if (write(ep->tun, f, len) < 0 && (errno == EBADFD || errno == EIO))
                 break; /* the device was deleted; other errors drop one frame */
