@@ -141,8 +141,8 @@ def _measure(mode, store):
              "lat_runs": {s: store.runs(lk[s], LAT_F) for s in lat_sizes},
              "bw_runs": {s: store.runs(bk[s], BW_F) for s in _bw_sizes(mode)}}
         if not any(store.results(k) for k in [*lk.values(), *bk.values()]):
-            m["absent"] = ("`sovia bench` has no lane transport (issue 22 item 1 is "
-                           "another branch)" if t == "lane" else "not measured")
+            m["absent"] = ("this `sovia bench` has no lane transport" if t == "lane"
+                           else "not measured")
         else:
             why = _unavailable(store, [*lk.values(), *bk.values()])
             if why and all(v is None for v in [*m["lat"].values(), *m["bw"].values()]):
