@@ -22,11 +22,13 @@ extern "C" {
 /*
  * Per-VI resources, fixed at creation. Zero in a field means the default.
  *
- * QueueDepth   descriptors each work queue holds (default 256, rounded up to
- *              a power of two, at most MaxDescriptorsPerQueue).
+ * QueueDepth   descriptors each work queue holds (at most
+ *              MaxDescriptorsPerQueue, rounded up to a power of two; default
+ *              MaxDescriptorsPerQueue on shm, 256 on fabric).
  * StagingBytes receive staging area for receive buffers outside the arena
- *              (default 256 KiB); a receive posted when the area is full
- *              fails with VIP_ERROR_RESOURCE.
+ *              (default: room for a full queue of receives of the VI's
+ *              MaxTransferSize, up to the 1 GiB segment; shm); a receive
+ *              posted when the area is full fails with VIP_ERROR_RESOURCE.
  * ArenaBytes   zero-copy receive arena (default 0: none). Receive buffers
  *              placed inside it are written by the sender directly; see
  *              VipxViArena.
@@ -84,6 +86,28 @@ VIP_RETURN VipxQueryViStats(VIP_VI_HANDLE ViHandle, VIPX_VI_STATS *Stats);
  * whether taken or not: a copy would hold the requester's socket open).
  */
 VIP_RETURN VipxViSetConnectToken(VIP_VI_HANDLE ViHandle, int Fd);
+
+/*
+ * VipConnectRequest in two steps, for a requester that must not wait for
+ * the listener's answer: VipxConnectStart sends the request (token and
+ * user as for VipConnectRequest) and returns, the VI CONNECT_PENDING;
+ * VipxConnectDone waits up to Timeout ms (0: only looks) for the answer:
+ * VIP_TIMEOUT while there is none (still pending), else what
+ * VipConnectRequest would have returned (the VI IDLE again unless
+ * VIP_SUCCESS). VipxConnectAbandon gives a pending request up (IDLE; the
+ * listener sees the requester go). VIP_ERROR_NOT_SUPPORTED from the start: the
+ * provider has only VipConnectRequest (fabric).
+ */
+VIP_RETURN VipxConnectStart(VIP_VI_HANDLE ViHandle, VIP_NET_ADDRESS *LocalAddr,
+                            VIP_NET_ADDRESS *RemoteAddr);
+VIP_RETURN VipxConnectDone(VIP_VI_HANDLE ViHandle, VIP_ULONG Timeout,
+                           VIP_VI_ATTRIBUTES *RemoteViAttribs);
+VIP_RETURN VipxConnectAbandon(VIP_VI_HANDLE ViHandle);
+/* Whether requests to LocalAddr, which this process listens on, wait to be
+ * taken by VipConnectWait (VIP_SUCCESS) or not (VIP_NOT_DONE): a request
+ * started before something else the listening side sees (a kernel
+ * connection) is known to be coming. */
+VIP_RETURN VipxListenWaiting(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS *LocalAddr);
 VIP_RETURN VipxConnToken(VIP_CONN_HANDLE ConnHandle, int *Fd);
 
 /*

@@ -9,7 +9,8 @@ gives the median of the rounds' figures and their range.
 
   iperf3    iperf3 -l 64K -t 3 from host 2 to host 1: both ends under
             `sovia run` (SOVIA_PROVIDER=fabric:tcp, one cluster key), or
-            neither (kernel TCP over the same veth).
+            neither (kernel TCP over the same veth); `two NICs`: under
+            `sovia run` with the key only (shm beside fabric, the default).
   no_sovia  host 1 runs a plain echo server (no sovia): a client on host 2
             opens 200 connections, each connect() + 16 bytes there and back
             + close, timed one by one (median per round); `first` is its
@@ -70,10 +71,10 @@ def in_host(h, argv, under, env):
                             env=env)
 
 
-def line(name, a, b, unit, c=None):
+def line(name, a, b, unit, c=None, c_name="sovia without key"):
     def f(v):
         return f"{statistics.median(v):.1f} [{min(v):.1f}-{max(v):.1f}]"
-    extra = f"   sovia without key {f(c)} {unit}" if c else ""
+    extra = f"   {c_name} {f(c)} {unit}" if c else ""
     print(f"{name:22s} sovia {f(a)} {unit}   kernel {f(b)} {unit}   ratio "
           f"{statistics.median(a) / statistics.median(b):.2f}{extra}", flush=True)
 
@@ -105,19 +106,22 @@ def measure(d, rounds):
     print(f"load {os.getloadavg()[0]:.1f} (1 min) at start; {rounds} rounds each", flush=True)
 
     # iperf3
-    bw = {True: [], False: []}
+    bw = {True: [], False: [], "two": []}
+    # The key alone: shm for this host, fabric for the other (far.c).
+    two_env = {k: v for k, v in env.items() if k != "SOVIA_PROVIDER"}
     port = 5201
     for r in range(rounds):
-        for under in (True, False):
+        for under in (True, False, "two"):
             port += 1
-            srv = in_host(1, ["iperf3", "-s", "-1", "-p", str(port)], under, env)
-            time.sleep(0.5)
+            e = two_env if under == "two" else env
+            srv = in_host(1, ["iperf3", "-s", "-1", "-p", str(port)], bool(under), e)
+            time.sleep(1.5 if under == "two" else 0.5)  # the listener's far NIC opens (~0.4 s)
             cli = in_host(2, ["iperf3", "-c", ADDRS[0], "-p", str(port), "-t", "3", "-l", "64K",
-                              "-J"], under, env)
+                              "-J"], bool(under), e)
             out, _ = cli.communicate(timeout=60)
             srv.wait(timeout=30)
             bw[under].append(json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9)
-    line("iperf3 -l 64K", bw[True], bw[False], "Gbit/s")
+    line("iperf3 -l 64K", bw[True], bw[False], "Gbit/s", bw["two"], "sovia two NICs")
 
     # connect + first exchange to a host without sovia
     srv = in_host(1, [sys.executable, "-c", ECHO_SERVER, "6000"], False, env)

@@ -61,9 +61,11 @@ extern const struct bench_transport bench_transport_tcp_nagle;
 extern const struct bench_transport bench_transport_tcp_poll;
 extern const struct bench_transport bench_transport_uds;
 extern const struct bench_transport bench_transport_ksovia;
+extern const struct bench_transport bench_transport_lane;
 extern const struct bench_transport bench_transport_preload;
 extern const struct bench_transport bench_transport_vi;
 extern const struct bench_transport bench_transport_vi_copy;
+extern const struct bench_transport bench_transport_vi_user;
 extern const struct bench_transport bench_transport_vi_block;
 extern const struct bench_transport bench_transport_vi_notify;
 extern const struct bench_transport bench_transport_ucx;
@@ -197,6 +199,15 @@ pid_t bench_fork_peer(void);
  * default 127.0.0.1). */
 int bench_peer_netns_enter(void);
 struct in_addr bench_addr(enum bench_role role);
+
+/* bench_lane.c: the lane transport's namespaces and LANE link. open: 0 and
+ * the driver's address, BENCH_PREPARE_UNAVAILABLE (said why) or -1. enter:
+ * the calling thread into the role's namespace; leave: back. */
+struct bench_lane;
+int bench_lane_open(struct bench_lane **out, struct in_addr *driver_addr);
+int bench_lane_enter(struct bench_lane *l, enum bench_role role);
+int bench_lane_leave(struct bench_lane *l);
+void bench_lane_close(struct bench_lane *l);
 /* Whether the other process is still there (cheap; for spin loops). */
 bool bench_peer_alive(void);
 /* Wait for a child; after timeout_s seconds kill it. Returns its exit code,

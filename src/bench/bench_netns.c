@@ -11,35 +11,17 @@
  * run over is SOVIA_PROVIDER's (fabric:tcp between namespaces).
  */
 #include "bench_internal.h"
+#include "lane.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <sched.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 int bench_peer_netns_enter(void)
 {
     const char *ns = getenv("SOVIA_BENCH_PEER_NETNS");
     if (!ns || !*ns)
         return 0;
-    char path[512];
-    if (strchr(ns, '/'))
-        snprintf(path, sizeof path, "%s", ns);
-    else
-        snprintf(path, sizeof path, "/run/netns/%s", ns);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
-        fprintf(stderr, "sovia bench: entering network namespace %s: %s\n", path,
-                strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    close(fd);
-    return 0;
+    return lane_enter_netns(ns);
 }
 
 struct in_addr bench_addr(enum bench_role role)

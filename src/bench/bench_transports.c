@@ -6,8 +6,8 @@
 static const struct bench_transport *const transports[] = {
     &bench_transport_limit,       &bench_transport_limit_shared, &bench_transport_tcp,
     &bench_transport_tcp_nagle,   &bench_transport_tcp_poll,     &bench_transport_uds,
-    &bench_transport_ksovia,
-    &bench_transport_preload,     &bench_transport_vi,           &bench_transport_vi_copy,
+    &bench_transport_ksovia,      &bench_transport_lane,         &bench_transport_preload,
+    &bench_transport_vi,          &bench_transport_vi_copy,      &bench_transport_vi_user,
     &bench_transport_vi_block,    &bench_transport_vi_notify,    &bench_transport_ucx,
     &bench_transport_sovia,       &bench_transport_sovia_block,  &bench_transport_sovia_adaptive,
 };

@@ -2,7 +2,8 @@
  * transport_socket.c - kernel sockets: tcp (blocking, 127.0.0.1),
  * tcp-nagle (tcp with Nagle's algorithm on, as the papers' TCP), tcp-poll
  * (nonblocking, receiver busy-polls), uds (socketpair) and ksovia (tcp with
- * KSOVIA's BPF redirect in force: src/ksock/).
+ * KSOVIA's BPF redirect in force: src/ksock/), and lane (tcp between two
+ * network namespaces of the run's own over a LANE link: bench_lane.c).
  * Streams carry no boundaries; the lock-step protocol means each side
  * always knows how many bytes the next message has.
  */
@@ -22,7 +23,7 @@
 #define ACCEPT_TIMEOUT_S 10.0
 #define SPIN_CHECK (1u << 16)
 
-enum sock_kind { SOCK_TCP, SOCK_TCP_NAGLE, SOCK_TCP_POLL, SOCK_UDS, SOCK_KSOVIA };
+enum sock_kind { SOCK_TCP, SOCK_TCP_NAGLE, SOCK_TCP_POLL, SOCK_UDS, SOCK_KSOVIA, SOCK_LANE };
 
 struct sock_shared {
     enum sock_kind kind;
@@ -30,6 +31,7 @@ struct sock_shared {
     struct sockaddr_in addr;
     int pair[2];            /* uds */
     struct ksock *ks;       /* ksovia: the programs, our cgroup */
+    struct bench_lane *lane; /* lane: the namespaces and the link */
 };
 
 struct sock_ep {
@@ -42,8 +44,11 @@ struct sock_ep {
 static const char *kind_name(enum sock_kind k)
 {
     return k == SOCK_TCP ? "tcp" : k == SOCK_TCP_NAGLE ? "tcp-nagle"
-         : k == SOCK_TCP_POLL ? "tcp-poll" : k == SOCK_KSOVIA ? "ksovia" : "uds";
+         : k == SOCK_TCP_POLL ? "tcp-poll" : k == SOCK_KSOVIA ? "ksovia"
+         : k == SOCK_LANE ? "lane" : "uds";
 }
+
+static void sock_release(void *shared);
 
 static int sock_prepare(enum sock_kind kind, void **shared)
 {
@@ -80,6 +85,17 @@ static int sock_prepare(enum sock_kind kind, void **shared)
     }
     s->addr.sin_family = AF_INET;
     s->addr.sin_addr = bench_addr(BENCH_DRIVER); /* the driver listens */
+    if (kind == SOCK_LANE) {
+        int rc = bench_lane_open(&s->lane, &s->addr.sin_addr);
+        /* The listener is made in the driver's namespace, so what it
+         * accepts is too; this thread goes back at once. */
+        if (rc == 0 && (rc = bench_lane_enter(s->lane, BENCH_DRIVER)) != 0)
+            bench_lane_close(s->lane);
+        if (rc != 0) {
+            free(s);
+            return rc;
+        }
+    }
     s->addr.sin_port = 0; /* ephemeral: no clash with other runs */
     s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s->listen_fd < 0 || bind(s->listen_fd, (struct sockaddr *)&s->addr, sizeof s->addr) ||
@@ -89,8 +105,14 @@ static int sock_prepare(enum sock_kind kind, void **shared)
                 strerror(errno));
         if (s->listen_fd >= 0)
             close(s->listen_fd);
-        ksock_close(s->ks);
-        free(s);
+        s->listen_fd = -1;
+        if (s->lane)
+            (void)bench_lane_leave(s->lane);
+        sock_release(s);
+        return -1;
+    }
+    if (s->lane && bench_lane_leave(s->lane) != 0) {
+        sock_release(s);
         return -1;
     }
     *shared = s;
@@ -123,6 +145,13 @@ static int prepare_ksovia(const struct bench_params *p, size_t m, void **sh)
     (void)p;
     (void)m;
     return sock_prepare(SOCK_KSOVIA, sh);
+}
+
+static int prepare_lane(const struct bench_params *p, size_t m, void **sh)
+{
+    (void)p;
+    (void)m;
+    return sock_prepare(SOCK_LANE, sh);
 }
 
 static int prepare_uds(const struct bench_params *p, size_t m, void **sh)
@@ -167,6 +196,11 @@ static int sock_setup(void *shared, enum bench_role role, size_t max_msg, void *
         ep->fd = accept_peer(s);
     } else {
         close(s->listen_fd);
+        /* The peer's socket is made in the peer's namespace. */
+        if (s->lane && bench_lane_enter(s->lane, BENCH_PEER) != 0) {
+            free(ep);
+            return -1;
+        }
         ep->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (ep->fd >= 0 && connect(ep->fd, (struct sockaddr *)&s->addr, sizeof s->addr) != 0) {
             close(ep->fd);
@@ -307,6 +341,7 @@ static void sock_release(void *shared)
                     (unsigned long long)st[KSOCK_STAT_REDIRECTED]);
         ksock_close(s->ks);
     }
+    bench_lane_close(s->lane);
     free(s);
 }
 
@@ -378,5 +413,16 @@ const struct bench_transport bench_transport_preload = {
     .summary = "the tcp code under sovia run's preload library, polling (pinned)",
     .polling = true,
     .prepare = prepare_preload,
+    SOCK_OPS,
+};
+
+/* LANE (seed 003's LAN emulation): the tcp code between two namespaces of
+ * the run's own, over TUN devices joined by a VI (src/lane/): kernel TCP/IP
+ * on an emulated NIC. */
+const struct bench_transport bench_transport_lane = {
+    .name = "lane",
+    .summary = "kernel TCP between two namespaces over TUN devices joined by a VI (LANE)",
+    .polling = false,
+    .prepare = prepare_lane,
     SOCK_OPS,
 };

@@ -48,6 +48,19 @@ static int prepare_copy(const struct bench_params *p, size_t m, void **sh)
     return rc;
 }
 
+/* vi-user: as vi, with receive buffers in the consumer's own memory (an
+ * anonymous mapping, registered), as a program written to VIA 1.0 has
+ * them: the provider stages what it cannot write in place. */
+static int prepare_user(const struct bench_params *p, size_t m, void **sh)
+{
+    (void)p;
+    (void)m;
+    int rc = vi_prepare(VI_POLL, sh);
+    if (rc == 0)
+        ((struct vi_shared *)*sh)->user_mem = true;
+    return rc;
+}
+
 static int prepare_block(const struct bench_params *p, size_t m, void **sh)
 {
     (void)p;
@@ -344,6 +357,14 @@ const struct bench_transport bench_transport_vi_copy = {
     .summary = "as vi, the receiver also copies each message into its own buffer (pinned)",
     .polling = true,
     .prepare = prepare_copy,
+    VI_OPS,
+};
+
+const struct bench_transport bench_transport_vi_user = {
+    .name = "vi-user",
+    .summary = "as vi, receive buffers in the consumer's own memory instead of the arena (pinned)",
+    .polling = true,
+    .prepare = prepare_user,
     VI_OPS,
 };
 

@@ -43,6 +43,7 @@ enum vi_wait { VI_POLL, VI_BLOCK, VI_NOTIFY };
 struct vi_shared {
     enum vi_wait wait;
     bool consume; /* vi-copy: the receiver copies each message out */
+    bool user_mem; /* vi-user: receive buffers in the consumer's own memory, no arena */
     char disc[48];
 };
 
@@ -59,6 +60,7 @@ struct vi_ep {
     bool connected;
 
     unsigned char *arena; /* receive buffers: VI_NRECV slots of slot bytes */
+    bool user_mem;        /* vi-user: arena is our own mmap, not the VI's */
     VIP_ULONG arena_len;
     VIP_MEM_HANDLE arena_mh;
     bool arena_reg;

@@ -75,9 +75,20 @@ static int alloc_memory(struct vi_ep *ep)
     VIP_PVOID base;
     VIP_RETURN rc;
 
-    rc = VipxViArena(ep->vi, &base, &ep->arena_len);
-    if (rc != VIP_SUCCESS)
-        return vi_fail(ep, "VipxViArena", rc);
+    if (ep->user_mem) {
+        ep->arena_len = (ep->nbuf * ep->slot + 4095) & ~(size_t)4095;
+        base = mmap(NULL, ep->arena_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                    -1, 0);
+        if (base == MAP_FAILED) {
+            fprintf(stderr, "%s: mmap: %s\n", ep->name, strerror(errno));
+            return -1;
+        }
+        ep->arena = base;
+    } else {
+        rc = VipxViArena(ep->vi, &base, &ep->arena_len);
+        if (rc != VIP_SUCCESS)
+            return vi_fail(ep, "VipxViArena", rc);
+    }
     if (!base || ep->arena_len < ep->nbuf * ep->slot) {
         fprintf(stderr, "%s: arena is %lu bytes, %zu needed\n", ep->name,
                 (unsigned long)ep->arena_len, ep->nbuf * ep->slot);
@@ -184,6 +195,7 @@ int vi_open(struct vi_shared *sh, enum bench_role role, size_t max_msg, struct v
     if (!ep)
         return -1;
     ep->name = sh->consume           ? "vi-copy"
+               : sh->user_mem        ? "vi-user"
                : sh->wait == VI_POLL ? "vi"
                : sh->wait == VI_BLOCK ? "vi-block"
                                       : "vi-notify";
@@ -191,6 +203,7 @@ int vi_open(struct vi_shared *sh, enum bench_role role, size_t max_msg, struct v
     if (sh->consume && !(ep->app_buf = malloc(max_msg ? max_msg : 1)))
         goto fail;
     ep->role = role;
+    ep->user_mem = sh->user_mem;
     ep->max_msg = max_msg;
     ep->slot = (max_msg + 63) & ~(size_t)63;
     ep->credits = VI_K; /* lowered to the window once nbuf is known */
@@ -247,7 +260,7 @@ int vi_open(struct vi_shared *sh, enum bench_role role, size_t max_msg, struct v
         ep->nbuf = VI_NRECV;
     ep->window = ep->nbuf < VI_K ? (unsigned)ep->nbuf : VI_K;
     ep->credits = ep->window;
-    cfg.ArenaBytes = ((ep->nbuf * ep->slot) + 4095) & ~(size_t)4095;
+    cfg.ArenaBytes = ep->user_mem ? 0 : ((ep->nbuf * ep->slot) + 4095) & ~(size_t)4095;
     rc = VipxCreateVi(ep->nic, &va, NULL, NULL, &cfg, &ep->vi);
     if (rc != VIP_SUCCESS) {
         ep->vi = NULL;
@@ -339,6 +352,8 @@ close_nic:
         ret = vi_fail(ep, "VipCloseNic", rc);
     if (ep->sbuf)
         munmap(ep->sbuf, ep->sbuf_len);
+    if (ep->user_mem && ep->arena)
+        munmap(ep->arena, ep->arena_len);
     free(ep->descs);
     free(ep->app_buf);
     if (ep->sync_init) {

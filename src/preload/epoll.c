@@ -851,10 +851,10 @@ static int wait_active(int epfd, struct epset *s, struct epoll_event *out, int m
                 break;
             continue;
         }
-        VipxCQArm(sov_g.cq, VIP_TRUE);
+        sov_cq_arm();
         n = harvest(epfd, s, out, max, ASK_IF_ANY, kernel_first, &pending);
         if (n) {
-            VipxCQDisarmQuiet(sov_g.cq); /* did not sleep */
+            sov_cq_disarm(false); /* did not sleep */
             atomic_fetch_sub(&s->sleepers, 1);
             break;
         }

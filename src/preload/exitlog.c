@@ -157,7 +157,19 @@ static void write_record(const char *path, int sig)
     put_json(&l, exe);
     put(&l, "\", \"provider\": \"");
     put_json(&l, provider);
-    put(&l, "\"");
+    /* Carried connections per provider: with a cluster key beside shm,
+     * this host's peers on shm and other hosts' on the far NIC (far.c). */
+    put(&l, "\", \"providers\": {\"");
+    put_json(&l, provider);
+    put(&l, "\": ");
+    put_uint(&l, t.carried - t.carried_far);
+    if (t.carried_far) {
+        put(&l, ", \"");
+        put_json(&l, sov_far_provider_name());
+        put(&l, "\": ");
+        put_uint(&l, t.carried_far);
+    }
+    put(&l, "}");
     put_field(&l, "carried", t.carried);
     put_field(&l, "fell_back", t.fell_back);
     put_field(&l, "kernel", t.kernel);
@@ -264,6 +276,7 @@ __attribute__((constructor)) static void exitlog_start(void)
 {
     preload_ready();
     sov_init_hook = open_at_init;
+    sov_far_hook = preload_fabric_seen; /* libfabric loads later, if ever */
     exitlog_capture();
 }
 

@@ -189,7 +189,7 @@ int tp_prepare_send(int fd, int msg_flags, const struct iovec *iov, int iovcnt, 
          * 1 ms at most, so the pairing timeout is looked at. */
         struct sov_sigwatch w = sov_sigwatch_start();
         struct pollfd p[3] = {{.fd = fd, .events = POLLIN}};
-        VipxCQArm(sov_g.cq, VIP_TRUE);
+        sov_cq_arm();
         int rc = sov_poll_doze(p, 1, 1, &w);
         sov_doze_disarm(&p[1], rc);
         if ((rc < 0 && errno == EINTR) || sov_sigwatch_fired(&w)) {
@@ -511,7 +511,10 @@ PRELOAD_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, in
         l = h && !h->inherited ? h->l : NULL;
         pthread_mutex_unlock(&shadows_lock);
     }
-    if (!l && across) /* claims prove a same-host token: kernel TCP */
+    /* Claims prove a same-host token: kernel TCP for another host's
+     * client (and for every one when this process is all fabric). */
+    if (!l && across &&
+        (!sov_tp_far_beside() || !sov_addr_is_local((struct sockaddr *)&peer, plen)))
         atomic_fetch_add(&sov_g.tp_kernel, 1);
     else if (!l)
         accepted_elsewhere(fd, nfd, (struct sockaddr *)&peer, flags & SOCK_NONBLOCK);
@@ -554,6 +557,18 @@ PRELOAD_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t addrle
     bool tcp = addr && addrlen >= sizeof(struct sockaddr_in) && !carried(fd) &&
                (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) &&
                tcp_stream(fd, &domain) && addr->sa_family == domain;
+    /* A second connect() on a connected socket (ab calls it again once the
+     * socket is writable, to learn the result; the kernel says 0 once,
+     * then EISCONN) is the kernel's to answer: a connection that fell
+     * back got a second VI, which waited for a pairing its server never
+     * began (1 s, the pairing timeout). */
+    if (tcp) {
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof(peer);
+        int saved = errno;
+        tcp = getpeername(fd, (struct sockaddr *)&peer, &plen) != 0;
+        errno = saved;
+    }
     bool too_short = false; /* shortconn.c */
     if (tcp && sov_addr_port(addr) != 0 &&
         (sov_addr_is_local(addr, addrlen) || sov_tp_host_worth_trying(addr)) &&

@@ -290,6 +290,14 @@ bool sov_addr_is_local(const struct sockaddr *a, socklen_t len)
     return ok;
 }
 
+bool sov_addr_is_loopback(const struct sockaddr *a)
+{
+    if (a->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+    const struct in6_addr *in6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(in6) || (IN6_IS_ADDR_V4MAPPED(in6) && in6->s6_addr[12] == 127);
+}
+
 static bool is_loopback_or_any(const struct sockaddr *a)
 {
     if (a->sa_family == AF_INET) {

@@ -478,6 +478,11 @@ static void fork_unlock_sockets(bool child)
 static void share_at_fork(struct sov_sock *s)
 {
     struct sov_conn *c = s->conn;
+    /* A non-blocking connect's VI still waiting for its listener's answer:
+     * the answer comes on one descriptor, and this process takes it now
+     * (a child's copy of that descriptor must not take it instead). */
+    if (c && c->connecting)
+        sov_connect_finish(c, 1000);
     if (!s->dead && s->kind == SK_CONNECTED && c && !c->rec && !c->rec_forking) {
         sov_progress(s);
         if (c->clen && !c->reset)
@@ -592,6 +597,7 @@ void sov_after_fork_child(void)
      * child's exit hung on it: forkstress); the provider's threads are
      * not restarted (that broke sovia/peer_death: the observer saw its
      * peer's death 2.3 s late). */
+    sov_far_forked(); /* the parent's: this child's other hosts get kernel TCP */
     if (sov_g.nic && atomic_load(&sov_g.open_conns)) {
         VipxNicAfterFork(sov_g.nic);
     } else if (sov_g.nic) { /* the parent's listening must not outlive it here */

@@ -360,6 +360,8 @@ void sov_close_connected(struct sov_sock *s)
     if (s->tp_waiting && !unpaired) { /* counted as sov_tp_settle would */
         s->tp_waiting = false;
         atomic_fetch_add(&sov_g.tp_paired, 1);
+        if (c->far)
+            atomic_fetch_add(&sov_g.tp_paired_far, 1);
         atomic_fetch_add(&sov_g.open_conns, 1);
     }
     bool abort = c->rx_bytes || c->reset || c->peer_gone || unpaired ||

@@ -40,16 +40,16 @@ static bool awaited(const struct sov_listener *l, uint16_t port)
     return !l->ticketed;
 }
 
-static VIP_RETURN reg(void *p, size_t len, VIP_MEM_HANDLE *mh)
+static VIP_RETURN reg(const struct sov_conn *c, void *p, size_t len, VIP_MEM_HANDLE *mh)
 {
-    VIP_MEM_ATTRIBUTES ma = {.Ptag = sov_g.ptag};
-    return VipRegisterMem(sov_g.nic, p, len, &ma, mh);
+    VIP_MEM_ATTRIBUTES ma = {.Ptag = sov_conn_ptag(c)};
+    return VipRegisterMem(sov_conn_nic(c), p, len, &ma, mh);
 }
 
-static void dereg(void *p, VIP_MEM_HANDLE mh)
+static void dereg(const struct sov_conn *c, void *p, VIP_MEM_HANDLE mh)
 {
     if (p && mh)
-        VipDeregisterMem(sov_g.nic, p, mh);
+        VipDeregisterMem(sov_conn_nic(c), p, mh);
 }
 
 static int post_recv_buffer(struct sov_conn *c, unsigned i)
@@ -81,10 +81,10 @@ static int conn_buffers(struct sov_conn *c)
     c->arena = arena;
     memset(c->rdesc, 0, dlen);
     c->sdesc = c->rdesc + c->nrecv;
-    if (reg(c->arena, alen, &c->arena_mh) != VIP_SUCCESS ||
-        reg(c->rdesc, dlen, &c->desc_mh) != VIP_SUCCESS ||
-        reg(c->sbuf, c->nsend * ((cfg->mtu + 63) & ~(size_t)63), &c->sbuf_mh) != VIP_SUCCESS ||
-        reg(c->cbuf, cfg->mtu, &c->cbuf_mh) != VIP_SUCCESS)
+    if (reg(c, c->arena, alen, &c->arena_mh) != VIP_SUCCESS ||
+        reg(c, c->rdesc, dlen, &c->desc_mh) != VIP_SUCCESS ||
+        reg(c, c->sbuf, c->nsend * ((cfg->mtu + 63) & ~(size_t)63), &c->sbuf_mh) != VIP_SUCCESS ||
+        reg(c, c->cbuf, cfg->mtu, &c->cbuf_mh) != VIP_SUCCESS)
         return -ENOMEM;
     c->deferred = -1;
     /* This end owns its arena plus the control and completion lines. */
@@ -99,24 +99,32 @@ VIP_VI_ATTRIBUTES sov_conn_attrs(const struct sov_config *cfg)
                                .Ptag = sov_g.ptag};
 }
 
-struct sov_conn *sov_conn_create(const struct sov_config *cfg, int *err)
+struct sov_conn *sov_conn_create(const struct sov_config *cfg, bool far, int *err)
 {
     struct sov_conn *c = calloc(1, sizeof(*c));
     if (!c) {
         *err = -ENOMEM;
         return NULL;
     }
+    c->far = far && atomic_load(&sov_g.far_open);
+    if (far && !c->far) {
+        free(c);
+        *err = -ENETUNREACH;
+        return NULL;
+    }
     c->cfg = *cfg;
     c->nrecv = sov_recv_buffers(cfg);
     c->nsend = 4;
     VIP_VI_ATTRIBUTES va = sov_conn_attrs(cfg);
+    va.Ptag = sov_conn_ptag(c);
     /* Receives always land in the arena: no staging area is needed. */
     VIPX_VI_CONFIG vc = {.QueueDepth = c->nrecv + c->nsend + 1,
                          .StagingBytes = 64,
                          .ArenaBytes = (VIP_ULONG)c->nrecv * cfg->mtu,
-                         .Flags = sov_g.inheritable ? VIPX_VI_INHERITABLE : 0};
+                         .Flags = sov_g.inheritable && !c->far ? VIPX_VI_INHERITABLE : 0};
     *err = -ENOMEM;
-    if (VipxCreateVi(sov_g.nic, &va, NULL, sov_g.cq, &vc, &c->vi) != VIP_SUCCESS) {
+    if (VipxCreateVi(sov_conn_nic(c), &va, NULL, c->far ? sov_g.far.cq : sov_g.cq, &vc, &c->vi) !=
+        VIP_SUCCESS) {
         free(c);
         return NULL;
     }
@@ -194,6 +202,8 @@ void sov_conn_destroy(struct sov_conn *c)
     atomic_fetch_add(&sov_g.bytes_sent, c->stats.bytes_sent - c->base_sent);
     atomic_fetch_add(&sov_g.bytes_received, c->taken);
     sov_shared_drop(c);
+    if (c->connecting) /* a non-blocking connect's request, unanswered */
+        VipxConnectAbandon(c->vi);
     VIP_VI_STATE st = VIP_STATE_IDLE;
     if (c->vi)
         VipQueryVi(c->vi, &st, NULL, NULL, NULL);
@@ -210,10 +220,10 @@ void sov_conn_destroy(struct sov_conn *c)
             ;
         VipDestroyVi(c->vi);
     }
-    dereg(c->arena, c->arena_mh);
-    dereg(c->rdesc, c->desc_mh);
-    dereg(c->sbuf, c->sbuf_mh);
-    dereg(c->cbuf, c->cbuf_mh);
+    dereg(c, c->arena, c->arena_mh);
+    dereg(c, c->rdesc, c->desc_mh);
+    dereg(c, c->sbuf, c->sbuf_mh);
+    dereg(c, c->cbuf, c->cbuf_mh);
     free(c->rdesc);
     free(c->sbuf);
     free(c->cbuf);
@@ -493,7 +503,7 @@ static int run_connect(struct connect_job *j)
     int err;
     VIP_NET_ADDRESS *local = sov_vi_address((struct sockaddr *)&j->s->local);
     VIP_NET_ADDRESS *remote = sov_vi_address((struct sockaddr *)&j->to);
-    struct sov_conn *c = local && remote ? sov_conn_create(&j->cfg, &err) : NULL;
+    struct sov_conn *c = local && remote ? sov_conn_create(&j->cfg, false, &err) : NULL;
     if (!local || !remote)
         err = -ENOMEM;
     if (c) {
@@ -607,7 +617,13 @@ int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len)
 static bool enqueue(struct sov_listener *l, const struct pending *p)
 {
     pthread_mutex_lock(&l->s->wait_lock);
-    bool room = l->count < l->cap && awaited(l, sov_addr_port((const struct sockaddr *)&p->peer));
+    uint16_t port = sov_addr_port((const struct sockaddr *)&p->peer);
+    /* sovia run: its accept() gave up meanwhile (it waits for an
+     * establishing VI only so long): the client falls back at once. */
+    bool late = l->transparent && (port || !p->foreign) &&
+                sov_gave_up_take(l, port, p->unbound && !p->foreign ? p->token : -1);
+    bool room = !late && l->count < l->cap && awaited(l, port);
+    l->handled++;
     if (room) {
         l->q[(l->head + l->count) % l->cap] = *p;
         l->count++;
@@ -786,10 +802,19 @@ static unsigned foreign_held(struct sov_listener *l, const struct establishing *
 
 static void *connection_thread(void *arg)
 {
-    struct sov_listener *l = arg;
-    VIP_NET_ADDRESS *remote = l->remote;
-    struct establishing *est = l->est;
+    struct sov_lside *side = arg;
+    struct sov_listener *l = side->l;
+    VIP_NET_ADDRESS *remote = side->remote;
+    struct establishing *est = side->est;
     unsigned nest = 0;
+    if (side->far) {
+        /* libfabric loads here, not in the program's listen(); a client
+         * from another host before it listens falls back to kernel TCP. */
+        if (sov_far_open() != 0 || atomic_load(&l->stop) ||
+            VipxListenAnyUser(sov_g.far.nic, l->addr) != VIP_SUCCESS)
+            return NULL;
+    }
+    VIP_NIC_HANDLE nic = side->far ? sov_g.far.nic : sov_g.nic;
     while (!atomic_load(&l->stop)) {
         VIP_CONN_HANDLE ch;
         VIP_VI_ATTRIBUTES ra;
@@ -797,8 +822,7 @@ static void *connection_thread(void *arg)
          * here, VipConnectWait would quietly listen again; the slice lets
          * the thread see `stop` (and the unlisten below undoes that). While
          * connections are establishing, short slices look at them often. */
-        VIP_RETURN r = VipConnectWait(sov_g.nic, l->addr, nest ? 2 : queue_slice(l), remote, &ra,
-                                      &ch);
+        VIP_RETURN r = VipConnectWait(nic, l->addr, nest ? 2 : queue_slice(l), remote, &ra, &ch);
         if (r == VIP_INVALID_STATE || atomic_load(&l->stop)) {
             if (r == VIP_SUCCESS)
                 VipConnectReject(ch);
@@ -816,7 +840,10 @@ static void *connection_thread(void *arg)
         VipxConnPeerUser(ch, &uid, &foreign);
         struct sockaddr_storage server, client;
         if (l->transparent && sov_vi_is_claim(remote, &ticket, &server, &client)) {
-            serve_claim(l, ch, ticket, &server, &client, uid);
+            if (side->far) /* a claim proves a same-host token */
+                VipConnectReject(ch);
+            else
+                serve_claim(l, ch, ticket, &server, &client, uid);
             settle(l, est, &nest);
             continue;
         }
@@ -835,7 +862,7 @@ static void *connection_thread(void *arg)
             unknown = !awaited(l, sov_addr_port((struct sockaddr *)&p.peer));
             pthread_mutex_unlock(&l->s->wait_lock);
         }
-        if (full || unknown || !(p.conn = sov_conn_create(&l->cfg, &err))) {
+        if (full || unknown || !(p.conn = sov_conn_create(&l->cfg, side->far, &err))) {
             VipConnectReject(ch); /* the client gets ECONNREFUSED */
             settle(l, est, &nest);
             continue;
@@ -846,10 +873,24 @@ static void *connection_thread(void *arg)
             VipxConnToken(ch, &p.token);
         pthread_mutex_lock(&l->s->wait_lock);
         p.unbound = l->transparent && !l->ticketed && sov_addr_port((struct sockaddr *)&p.peer) == 0;
-        l->establishing_port = p.unbound ? SOV_ESTABLISHING_ANY
-                                         : sov_addr_port((struct sockaddr *)&p.peer);
-        l->establishing_token = p.unbound && !p.foreign ? p.token : -1;
+        uint16_t port = sov_addr_port((struct sockaddr *)&p.peer);
+        /* Its accept() came and went (sov_accept_match): kernel TCP. An
+         * unbound client's token has no port before its kernel connect,
+         * and no accept() has come for it then. */
+        bool late = l->transparent && (port || !p.foreign) &&
+                    sov_gave_up_take(l, port, p.unbound && !p.foreign ? p.token : -1);
+        l->handled++;
+        if (!late) {
+            l->establishing_port = p.unbound ? SOV_ESTABLISHING_ANY : port;
+            l->establishing_token = p.unbound && !p.foreign ? p.token : -1;
+        }
         pthread_mutex_unlock(&l->s->wait_lock);
+        if (late) {
+            VipConnectReject(ch); /* the client falls back at once */
+            sov_pending_drop(&p);
+            settle(l, est, &nest);
+            continue;
+        }
         bool ok = VipConnectAccept(ch, p.conn->vi) == VIP_SUCCESS;
         int st = 1; /* sovia run: WAKEUP waits for accept() */
         if (ok && !l->transparent) {
@@ -873,17 +914,37 @@ static void *connection_thread(void *arg)
     }
     for (unsigned i = 0; i < nest; i++)
         sov_pending_drop(&est[i].p);
-    VipxUnlisten(sov_g.nic, l->addr); /* an implicit re-listen, if any */
+    VipxUnlisten(nic, l->addr); /* an implicit re-listen, if any */
     return NULL;
 }
 
 static void listener_free(struct sov_listener *l)
 {
     free(l->q);
-    free(l->est);
+    for (int i = 0; i < 2; i++) {
+        free(l->side[i].est);
+        free(l->side[i].remote);
+    }
     free(l->addr);
-    free(l->remote);
     free(l);
+}
+
+static bool side_alloc(struct sov_listener *l, int i)
+{
+    struct sov_lside *d = &l->side[i];
+    d->l = l;
+    d->far = i == 1;
+    d->est = calloc(l->cap, sizeof(*d->est));
+    d->remote = calloc(1, sizeof(VIP_NET_ADDRESS) + 16 + 64);
+    return d->est && d->remote;
+}
+
+/* sovia run with a cluster key beside shm: may clients on other hosts
+ * reach this port (not one bound to a loopback address)? */
+static bool far_side_wanted(const struct sov_listener *l, const struct sov_sock *s)
+{
+    return l->transparent && !l->ticketed && sov_xhost_far_wanted() &&
+           !sov_addr_is_loopback((const struct sockaddr *)&s->local);
 }
 
 /* Caller holds s->lock. */
@@ -898,13 +959,12 @@ int sov_listen_start(struct sov_sock *s, int backlog, bool transparent, uint32_t
     l->domain = s->domain;
     l->cap = backlog < 1 ? 1 : backlog > 4096 ? 4096 : (unsigned)backlog;
     l->q = calloc(l->cap, sizeof(*l->q));
-    l->est = calloc(l->cap, sizeof(*l->est));
     l->addr = ticket ? sov_vi_ticket_address((struct sockaddr *)&s->local, ticket)
                      : sov_vi_listen_address((struct sockaddr *)&s->local);
-    l->remote = calloc(1, sizeof(VIP_NET_ADDRESS) + 16 + 64);
     l->owner = getpid();
     l->ticketed = ticket != 0;
-    if (!l->q || !l->est || !l->addr || !l->remote) {
+    bool far = far_side_wanted(l, s);
+    if (!l->q || !l->addr || !side_alloc(l, 0) || (far && !side_alloc(l, 1))) {
         listener_free(l);
         return -ENOMEM;
     }
@@ -916,11 +976,15 @@ int sov_listen_start(struct sov_sock *s, int backlog, bool transparent, uint32_t
         listener_free(l);
         return r == VIP_ERROR_RESOURCE ? -EADDRINUSE : -EADDRNOTAVAIL;
     }
-    if (VipxThreadCreate(&l->thread, NULL, connection_thread, l) != 0) {
+    if (VipxThreadCreate(&l->side[0].thread, NULL, connection_thread, &l->side[0]) != 0) {
         VipxUnlisten(sov_g.nic, l->addr);
         listener_free(l);
         return -EAGAIN;
     }
+    l->side[0].started = true;
+    /* Without it, clients on other hosts get kernel TCP: not an error. */
+    l->side[1].started =
+        far && VipxThreadCreate(&l->side[1].thread, NULL, connection_thread, &l->side[1]) == 0;
     s->lst = l;
     s->kind = SK_LISTENING;
     return 0;
@@ -942,7 +1006,12 @@ void sov_listen_stop(struct sov_sock *s)
     }
     atomic_store(&l->stop, true);
     VipxUnlisten(sov_g.nic, l->addr); /* wakes VipConnectWait */
-    pthread_join(l->thread, NULL);
+    pthread_join(l->side[0].thread, NULL);
+    if (l->side[1].started) {
+        if (atomic_load(&sov_g.far_open))
+            VipxUnlisten(sov_g.far.nic, l->addr);
+        pthread_join(l->side[1].thread, NULL);
+    }
     for (unsigned i = 0; i < l->count; i++)
         sov_pending_drop(&l->q[(l->head + i) % l->cap]);
     listener_free(l);
@@ -1016,19 +1085,19 @@ struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *pe
 {
     for (;;) {
         if (!nonblock)
-            VipxCQArm(sov_g.cq, VIP_TRUE);
+            sov_cq_arm();
         pthread_mutex_lock(&s->wait_lock);
         struct sov_listener *l = s->lst;
         if (!l || s->dead) {
             pthread_mutex_unlock(&s->wait_lock);
             if (!nonblock)
-                VipxCQArm(sov_g.cq, VIP_FALSE);
+                sov_cq_disarm(true);
             *err = -EINVAL;
             return NULL;
         }
         if (l->count) {
             if (!nonblock)
-                VipxCQArm(sov_g.cq, VIP_FALSE);
+                sov_cq_disarm(true);
             struct pending p = l->q[l->head];
             l->head = (l->head + 1) % l->cap;
             l->count--;
@@ -1047,7 +1116,7 @@ struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *pe
         struct pollfd p[2];
         int rc = poll(p, 2, sov_doze_fds(p, -1));
         int e = errno;
-        VipxCQArm(sov_g.cq, VIP_FALSE);
+        sov_cq_disarm(true);
         if (rc < 0 && e == EINTR) {
             *err = -EINTR;
             return NULL;

@@ -456,7 +456,7 @@ static int block_on_cq(struct sov_sock *s)
     int err;
     if (futex_block(s, &err))
         return err;
-    VipxCQArm(sov_g.cq, VIP_TRUE);
+    sov_cq_arm();
     int n = sov_progress(s);
     if (n == 0) {
         sov_sock_unlock(s);
@@ -467,7 +467,7 @@ static int block_on_cq(struct sov_sock *s)
         sov_doze_disarm(&p[0], rc);
         return err == EINTR ? -EINTR : 0;
     }
-    VipxCQArm(sov_g.cq, VIP_FALSE);
+    sov_cq_disarm(true);
     return 0;
 }
 
@@ -606,9 +606,9 @@ static ssize_t send_registered(struct sov_conn *c, const uint8_t *p, size_t a)
 {
     size_t k = c->credits < c->nsend ? c->credits : c->nsend;
     size_t span = a < k * c->send_mtu ? a : k * c->send_mtu;
-    VIP_MEM_ATTRIBUTES ma = {.Ptag = sov_g.ptag};
+    VIP_MEM_ATTRIBUTES ma = {.Ptag = sov_conn_ptag(c)};
     VIP_MEM_HANDLE mh;
-    if (VipRegisterMem(sov_g.nic, (void *)p, span, &ma, &mh) != VIP_SUCCESS) {
+    if (VipRegisterMem(sov_conn_nic(c), (void *)p, span, &ma, &mh) != VIP_SUCCESS) {
         size_t chunk = a < c->send_mtu ? a : c->send_mtu;
         int rc = send_copied(c, p, chunk);
         return rc ? rc : (ssize_t)chunk;
@@ -625,7 +625,7 @@ static ssize_t send_registered(struct sov_conn *c, const uint8_t *p, size_t a)
         }
     }
     sov_sends_out(c);
-    VipDeregisterMem(sov_g.nic, (void *)p, mh);
+    VipDeregisterMem(sov_conn_nic(c), (void *)p, mh);
     return sent ? (ssize_t)sent : rc;
 }
 

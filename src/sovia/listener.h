@@ -8,6 +8,7 @@
 #include "sock.h"
 
 #define SOV_ESTABLISHING_ANY 0x10000u
+#define SOV_GAVE_UP_MAX 32
 
 struct pending {
     struct sov_conn *conn;
@@ -44,10 +45,22 @@ struct establishing {
     uint64_t deadline_ns;
 };
 
+/* A connection thread: the listener's own NIC's, or the far NIC's (far.c:
+ * the same port shadowed on the fabric NIC beside shm, for clients on other
+ * hosts; that thread opens the far NIC first, so the program's listen()
+ * does not wait for libfabric). */
+struct sov_lside {
+    struct sov_listener *l;
+    bool far;
+    bool started; /* its thread runs */
+    pthread_t thread;
+    VIP_NET_ADDRESS *remote; /* the thread's buffer (here: reachable from a fork child) */
+    struct establishing *est; /* the thread's (cap entries; here for the same reason) */
+};
+
 struct sov_listener {
     struct sov_sock *s;
     VIP_NET_ADDRESS *addr;
-    pthread_t thread;
     atomic_bool stop;
     struct sov_config cfg;
     int domain;
@@ -65,9 +78,11 @@ struct sov_listener {
      * wait for another connection's VI). Under s->wait_lock; the thread
      * closes it only after clearing establishing_port. */
     int establishing_token;
+    /* Requests the thread began or queued (under s->wait_lock): an
+     * accept() waiting for a VI sees the thread move on. */
+    uint32_t handled;
     pid_t owner; /* the process whose connection thread serves it */
-    VIP_NET_ADDRESS *remote; /* the thread's buffer (here: reachable from a fork child) */
-    struct establishing *est; /* the thread's (cap entries; here for the same reason) */
+    struct sov_lside side[2]; /* [0]: sov_g.nic's; [1]: the far NIC's, if started */
     /* A ticketed listener (sovia run, step 6) takes only the clients this
      * process claimed and still waits for in accept(): their ports (under
      * s->wait_lock). Any other, one whose accept() gave up on it, say, is
@@ -75,7 +90,26 @@ struct sov_listener {
     bool ticketed;
     uint16_t awaited[SOV_AWAITED_MAX];
     unsigned nawaited;
+    /* sovia run: client ports whose accept() found no VI queued, arriving
+     * or waiting to be taken (under s->wait_lock). A non-blocking
+     * client's request may still be between the provider and this
+     * thread's mark (establishing_port) then: the thread refuses such a
+     * VI when it comes, and its client falls back at once instead of
+     * waiting for a pairing that will not come (sov_gave_up_take). */
+    struct sov_gave_up {
+        uint16_t port;
+        uint64_t at_ns;
+    } gave_up[SOV_GAVE_UP_MAX];
+    unsigned gave_up_next;
 };
+
+/* The port a token socket has now (0: none yet, or no such socket). */
+uint16_t sov_token_port(int token);
+/* accept() gave up on `port` (caller holds the wait_lock). */
+void sov_gave_up_note(struct sov_listener *l, uint16_t port);
+/* True (once) when accept() gave up lately on `port`, or with port 0 on
+ * the port of `token` (our user's client socket; -1: none). */
+bool sov_gave_up_take(struct sov_listener *l, uint16_t port, int token);
 
 void sov_pending_drop(struct pending *p);
 /* Takes entry i out of the accept queue, keeping the order (caller holds

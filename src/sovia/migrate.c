@@ -665,10 +665,12 @@ static bool survives_exec(int fd, const struct sov_conn *c)
     return fl >= 0 && !(fl & FD_CLOEXEC);
 }
 
-/* Goes to the next image, whose VI kept nothing to map it there with. */
+/* Goes to the next image, which cannot take it as it is: its VI kept
+ * nothing to map it there with, or it is on the far NIC (an endpoint of
+ * libfabric's cannot be handed to another image). */
 static bool survives_unexportable(int fd, const struct sov_conn *c)
 {
-    return c->no_export && survives_exec(fd, c);
+    return (c->no_export || c->far) && survives_exec(fd, c);
 }
 
 int sov_tp_migrate_all(void)

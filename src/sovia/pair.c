@@ -17,12 +17,15 @@
 /* The client half: a VI connection from `local` (the kernel socket's own
  * address, so the server can match it) that stays tentative until the
  * server's accept() pairs it and sends its WAKEUP. 0 or -errno. */
+/* How long a listener has to answer a VI's request. */
+#define CONNECT_ANSWER_MS 1000u
+
 int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *local,
-                          const struct sockaddr *peer, uint32_t ticket)
+                          const struct sockaddr *peer, uint32_t ticket, bool async)
 {
     /* Across hosts (a fabric NIC with a cluster key) the proof stands
      * for the token, which cannot cross hosts (xhost.c). */
-    if (sov_xhost_on())
+    if (sov_xhost_proves(c))
         return ticket ? -ECONNREFUSED : sov_xhost_connect(c, local, peer);
     /* Whose VI listener: the user of the TCP listener we connect to, or,
      * redirected, the user that accepted our connection (its server end's
@@ -41,12 +44,20 @@ int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *loc
      * the VI only with that socket's connection (sov_accept_match). */
     if (la && ra_addr && VipxViSetConnectToken(c->vi, fd) == VIP_SUCCESS &&
         VipxViSetConnectUser(c->vi, owner) == VIP_SUCCESS) {
-        VIP_VI_ATTRIBUTES ra;
-        /* No listener answers at once; a busy one gets a second. */
-        VIP_RETURN r = VipConnectRequest(c->vi, la, ra_addr, 1000, &ra);
+        /* Asynchronous: the request is on its way before the kernel
+         * connect (so the server's accept() finds it, or sees it coming:
+         * sov_accept_match), and its answer is taken later. */
+        VIP_RETURN r = async ? VipxConnectStart(c->vi, la, ra_addr) : VIP_ERROR_NOT_SUPPORTED;
+        if (r == VIP_SUCCESS) {
+            c->connecting = true;
+        } else if (r == VIP_ERROR_NOT_SUPPORTED) {
+            VIP_VI_ATTRIBUTES ra;
+            /* No listener answers at once; a busy one gets a second. */
+            r = VipConnectRequest(c->vi, la, ra_addr, CONNECT_ANSWER_MS, &ra);
+            if (r == VIP_SUCCESS && ra.MaxTransferSize < c->send_mtu)
+                c->send_mtu = ra.MaxTransferSize;
+        }
         err = r == VIP_SUCCESS ? 0 : sov_map_connect_error(r);
-        if (!err && ra.MaxTransferSize < c->send_mtu)
-            c->send_mtu = ra.MaxTransferSize;
     }
     free(la);
     free(ra_addr);
@@ -57,8 +68,26 @@ int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *loc
     return err;
 }
 
-/* The TCP/IP port a token socket has now (0: none yet, or no such socket). */
-static uint16_t token_port(int token)
+bool sov_connect_finish(struct sov_conn *c, unsigned wait_ms)
+{
+    if (!c->connecting)
+        return true;
+    VIP_VI_ATTRIBUTES ra;
+    VIP_RETURN r = VipxConnectDone(c->vi, wait_ms, &ra);
+    if (r == VIP_TIMEOUT) {
+        /* As long as VipConnectRequest would have waited. */
+        if (sov_now_ns() - c->tentative_since_ns < CONNECT_ANSWER_MS * 1000000ull)
+            return false;
+        VipxConnectAbandon(c->vi);
+    }
+    c->connecting = false;
+    c->connect_err = r == VIP_SUCCESS ? 0 : sov_map_connect_error(r);
+    if (r == VIP_SUCCESS && ra.MaxTransferSize < c->send_mtu)
+        c->send_mtu = ra.MaxTransferSize;
+    return true;
+}
+
+uint16_t sov_token_port(int token)
 {
     struct sockaddr_storage a;
     socklen_t len = sizeof(a);
@@ -68,18 +97,49 @@ static uint16_t token_port(int token)
     return sov_addr_port((struct sockaddr *)&a);
 }
 
+/* Long enough for a request the provider holds to reach the thread
+ * (the client's own wait ends at its pairing timeout anyway). */
+#define GAVE_UP_NS 2000000000u
+
+void sov_gave_up_note(struct sov_listener *l, uint16_t port)
+{
+    l->gave_up[l->gave_up_next] = (struct sov_gave_up){port, sov_now_ns()};
+    l->gave_up_next = (l->gave_up_next + 1) % SOV_GAVE_UP_MAX;
+}
+
+bool sov_gave_up_take(struct sov_listener *l, uint16_t port, int token)
+{
+    uint64_t now = sov_now_ns();
+    bool any = false;
+    for (unsigned i = 0; i < SOV_GAVE_UP_MAX && !any; i++)
+        any = l->gave_up[i].port && now - l->gave_up[i].at_ns < GAVE_UP_NS;
+    if (!any) /* (the token's port is a system call: only when needed) */
+        return false;
+    if (!port && token >= 0)
+        port = sov_token_port(token);
+    for (unsigned i = 0; i < SOV_GAVE_UP_MAX && port; i++)
+        if (l->gave_up[i].port == port && now - l->gave_up[i].at_ns < GAVE_UP_NS) {
+            l->gave_up[i].port = 0;
+            return true;
+        }
+    return false;
+}
+
 uint16_t sov_pending_port(struct pending *p)
 {
     uint16_t port = sov_addr_port((struct sockaddr *)&p->peer);
     if (port || !p->unbound || p->token < 0 || p->foreign)
         return port;
-    if ((port = token_port(p->token)) == 0)
+    if ((port = sov_token_port(p->token)) == 0)
         return 0;
     /* Only the port: an IPv4 client of a dual-stack listener keeps the
      * listener's family here; the token's proof compares the addresses. */
     sov_addr_set_port(&p->peer, port);
     return port;
 }
+
+#define ACCEPT_STALL_NS 100000000u
+#define ACCEPT_WAIT_NS 1000000000u
 
 /* The server half, from accept(): takes the queued connection whose client
  * sent the kernel socket of `fd`'s connection, pairs it (our WAKEUP, then
@@ -98,7 +158,6 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
     if (getsockname(fd, (struct sockaddr *)&own, &ol) != 0 ||
         getpeername(fd, (struct sockaddr *)&client, &cl) != 0)
         return NULL;
-    bool xhost = sov_xhost_on();
     /* Another user's client socket for this connection (its inode and
      * owner), asked once, for that user's unbound VIs. */
     uint64_t client_ino = 0;
@@ -106,13 +165,23 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
     bool client_known = false;
     pthread_mutex_lock(&s->wait_lock);
     struct sov_listener *l = s->lst;
-    /* The client connects its VI before its kernel socket, so its entry is
-     * queued or being queued by the connection thread right now. */
-    uint64_t start = sov_now_ns(), end = start + 100000000u;
+    /* The client sends its VI's request before its kernel connect, so its
+     * entry is queued, being queued by the connection thread right now, or
+     * waiting for it. Up to ACCEPT_STALL_NS without the thread moving on
+     * (a burst of requests is taken in turn; a stuck thread is not waited
+     * for), and ACCEPT_WAIT_NS in all. */
+    uint64_t start = sov_now_ns(), end = start + ACCEPT_STALL_NS;
+    uint32_t moved = l ? l->handled : 0;
+    /* Every VI over fabric (SOVIA_PROVIDER=fabric with a key): the
+     * connection is made synchronously there, nothing is held back. */
+    bool all_far = sov_xhost_on() && !sov_xhost_far_wanted();
     while (l && !c) {
         for (unsigned i = 0; i < l->count; i++) {
             struct pending *p = &l->q[(l->head + i) % l->cap];
             bool broken = sov_queued_conn_broken(p->conn);
+            /* A fabric NIC's VI (far, or every one over fabric) proves
+             * itself by its HELLO; a shm one by its token. */
+            bool xhost = sov_xhost_proves(p->conn);
             uint16_t pport = broken ? 0 : sov_pending_port(p);
             if (!broken && pport != port && !(p->unbound && pport == 0))
                 continue;
@@ -157,9 +226,21 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
         bool arriving = l->establishing_port == port || now - start < patience_ns;
         if (l->establishing_port == SOV_ESTABLISHING_ANY && !arriving)
             arriving = l->establishing_token < 0 || /* another user's: cannot tell */
-                       token_port(l->establishing_token) == port;
-        if (c || !arriving || (now > end && now - start >= patience_ns))
+                       sov_token_port(l->establishing_token) == port;
+        /* A non-blocking client sends its request before its kernel
+         * connect and does not wait for the answer: the request may still
+         * be with the provider, not yet taken by the connection thread. */
+        if (!c && !arriving && !all_far)
+            arriving = VipxListenWaiting(sov_g.nic, l->addr) == VIP_SUCCESS;
+        if (l->handled != moved && now - start < ACCEPT_WAIT_NS) {
+            moved = l->handled;
+            end = now + ACCEPT_STALL_NS;
+        }
+        if (c || !arriving || (now > end && now - start >= patience_ns)) {
+            if (!c && !all_far)
+                sov_gave_up_note(l, port);
             break;
+        }
         /* A redirected client that could not follow fell back: its bytes,
          * if any, come on the kernel connection (the system call itself:
          * recv() is the preload's). */
@@ -179,7 +260,7 @@ struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct socka
     pthread_mutex_unlock(&s->wait_lock);
     if (!c)
         return NULL;
-    if (xhost && sov_xhost_accept(c, fd) != 0) {
+    if (sov_xhost_proves(c) && sov_xhost_accept(c, fd) != 0) {
         sov_conn_destroy(c); /* the client sees its VI go: kernel TCP */
         return NULL;
     }

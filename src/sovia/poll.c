@@ -151,6 +151,7 @@ int sov_doze_fds(struct pollfd out[2], int ms)
 {
     int fds[2] = {-1, -1}, bound = 1;
     VipxCQPollFds(sov_g.cq, fds, &bound);
+    fds[0] = sov_far_doze_fd(fds[0], &bound); /* both CQs once the far NIC is open */
     out[0] = (struct pollfd){.fd = fds[0], .events = POLLIN};
     out[1] = (struct pollfd){.fd = fds[1], .events = POLLIN};
     return bound >= 0 && (ms < 0 || ms > bound) ? bound : ms;
@@ -214,9 +215,9 @@ int sov_poll_doze(struct pollfd *kfds, nfds_t nk, int ms, const struct sov_sigwa
 void sov_doze_disarm(const struct pollfd *cq, int rc)
 {
     if (rc > 0 && cq->revents)
-        VipxCQArm(sov_g.cq, VIP_FALSE);
+        sov_cq_disarm(true);
     else
-        VipxCQDisarmQuiet(sov_g.cq);
+        sov_cq_disarm(false);
 }
 
 /* ---- A futex sleep ----------------------------------------------------------
@@ -363,10 +364,10 @@ int sov_poll_masked(struct pollfd *fds, nfds_t nfds, int timeout, const sigset_t
         }
         /* Sleep: arm, look once more (a packet may have raced the arming),
          * then poll the kernel with the CQ's and sovia's event descriptors. */
-        VipxCQArm(sov_g.cq, VIP_TRUE);
+        sov_cq_arm();
         ready = scan(fds, nfds, true, kfds, &nk, kmap, &tentative);
         if (ready) {
-            VipxCQDisarmQuiet(sov_g.cq); /* did not sleep */
+            sov_cq_disarm(false); /* did not sleep */
             break;
         }
         /* A client awaiting its pairing looks at its timeout every 2 ms;

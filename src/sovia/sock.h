@@ -209,6 +209,11 @@ struct sov_conn {
      * to pair it with the kernel connection (docs/ARCHITECTURE.md). */
     bool tentative;
     uint64_t tentative_since_ns;
+    /* sovia run, a non-blocking connect(): the VI's request went to the
+     * server's listener and its answer (ACCEPT) has not been taken yet
+     * (sov_tp_connect_finish); -errno once it failed (falls back). */
+    bool connecting;
+    int connect_err;
     /* sovia run: the listening process says another of its processes
      * accepted our kernel connection; reconnect to that one (its ticket).
      * Once: a connection made by following one takes no other. */
@@ -218,6 +223,9 @@ struct sov_conn {
      * connection stands (enum sov_xh), and what it is bound to. */
     uint8_t xh;
     struct sov_xproof *xp;
+    /* On the far NIC (sov_g.far, far.c): a peer on another host while
+     * this process's own NIC is shm. */
+    bool far;
     /* TCP urgent data (MSG_OOB): one mark, as TCP keeps one urgent
      * pointer, a newer one replacing it. urg_ahead: unread bytes before
      * the urgent byte, which stays in recvq (read in band with
@@ -360,10 +368,20 @@ static inline bool sov_sock_trylock(struct sov_sock *s)
 
 /* ---- Process-wide state ---------------------------------------------------- */
 
+struct sov_nic {
+    VIP_NIC_HANDLE nic;
+    VIP_PROTECTION_HANDLE ptag;
+    VIP_CQ_HANDLE cq;
+};
+
 struct sov_global {
     VIP_NIC_HANDLE nic;
     VIP_PROTECTION_HANDLE ptag;
     VIP_CQ_HANDLE cq; /* every connection's receive queue reports here */
+    /* sovia run with a cluster key beside shm: the fabric NIC for peers on
+     * other hosts (far.c), opened on first need; usable once far_open. */
+    struct sov_nic far;
+    atomic_bool far_open;
     struct sov_config cfg;
     pthread_mutex_t lock; /* config, closing list, service thread */
     pthread_cond_t service_cond;
@@ -390,6 +408,7 @@ struct sov_global {
      * process's own (a fork child starts again: sov_tally_forked). */
     atomic_ullong bytes_sent, bytes_received; /* of destroyed connections */
     atomic_uint tp_paired, tp_fell_back, tp_kernel, tp_redirected;
+    atomic_uint tp_paired_far; /* of tp_paired: on the far NIC */
     atomic_uint tp_short; /* of tp_kernel: left to it as too short to carry (shortconn.c) */
     atomic_uint tp_migrated; /* carried connections moved back to the kernel */
     /* sovia run: no new connection is carried (the process sandboxed
@@ -400,6 +419,33 @@ struct sov_global {
 
 extern struct sov_global sov_g;
 
+/* A connection's NIC and protection tag: the process's own or the far one. */
+static inline VIP_NIC_HANDLE sov_conn_nic(const struct sov_conn *c)
+{
+    return c->far ? sov_g.far.nic : sov_g.nic;
+}
+static inline VIP_PROTECTION_HANDLE sov_conn_ptag(const struct sov_conn *c)
+{
+    return c->far ? sov_g.far.ptag : sov_g.ptag;
+}
+
+/* far.c: the far NIC. sov_far_open opens it once (libfabric is loaded
+ * then, about 370 ms here) and says whether it is usable in this process
+ * (0 or -errno; a fork child's is its parent's: -ENETUNREACH). Every CQ
+ * sleep arms and disarms through sov_cq_arm/sov_cq_disarm, which take the
+ * far CQ too once it is open (drained: the caller's poll saw the CQ's
+ * descriptor; quiet: it did not). */
+int sov_far_open(void);
+void sov_far_forked(void);
+const char *sov_far_provider_name(void); /* "" until it opened */
+void sov_cq_arm(void);
+void sov_cq_disarm(bool drained);
+/* The preload's, run once the far NIC opened (libfabric's calls to the
+ * socket API pass through from then on). */
+extern void (*sov_far_hook)(void);
+/* The descriptor a CQ sleep polls for `fd` (the CQ's own) and its bound. */
+int sov_far_doze_fd(int fd, int *bound);
+
 /* stats.c: what this process carried and moved, for `sovia run`'s exit
  * record (docs/ARCHITECTURE.md, "Exit records"). sov_tally waits at most
  * 20 ms in all for locks busy in other threads (then leaves those bytes
@@ -407,6 +453,7 @@ extern struct sov_global sov_g;
  * lock. */
 struct sov_tally {
     unsigned carried, fell_back, kernel, redirected, migrated, short_;
+    unsigned carried_far; /* of carried: on the far NIC */
     unsigned long long bytes_sent, bytes_received;
 };
 void sov_tally(struct sov_tally *t);
@@ -480,6 +527,7 @@ int sov_addr_check(const struct sov_sock *s, const struct sockaddr *a, socklen_t
 uint16_t sov_addr_port(const struct sockaddr *a);
 /* Is `a` an address of this host (any address, loopback, or bindable)? */
 bool sov_addr_is_local(const struct sockaddr *a, socklen_t len);
+bool sov_addr_is_loopback(const struct sockaddr *a); /* 127/8, ::1, ::ffff:127/104 */
 void sov_addr_set_port(struct sockaddr_storage *a, uint16_t port);
 VIP_NET_ADDRESS *sov_vi_address(const struct sockaddr *a);
 /* A listener's: 0.0.0.0 / :: stay (any address), where sov_vi_address
@@ -521,7 +569,7 @@ uint64_t sov_token_target(int token);
 bool sov_same_endpoint(const struct sockaddr *x, const struct sockaddr *y);
 
 /* conn.c: VI, buffers, connect/accept machinery */
-struct sov_conn *sov_conn_create(const struct sov_config *cfg, int *err);
+struct sov_conn *sov_conn_create(const struct sov_config *cfg, bool far, int *err);
 struct sov_conn *sov_conn_import(const struct sov_config *cfg, unsigned nrecv, unsigned nsend,
                                  const VIPX_STATE *vs, const uint32_t *posted, unsigned nposted,
                                  int *err);
@@ -653,22 +701,35 @@ size_t sov_vi_take(struct sov_sock *s, void *buf, size_t len); /* data.c */
 int sov_do_connect(struct sov_sock *s, const struct sockaddr *to, socklen_t len);
 /* ticket: 0, or listen at that ticket's address of s->local (sovia run). */
 int sov_listen_start(struct sov_sock *s, int backlog, bool transparent, uint32_t ticket);
-/* To `peer`'s own address, or its ticket's (sovia run's REDIRECT). */
+/* To `peer`'s own address, or its ticket's (sovia run's REDIRECT).
+ * `async`: the request only goes, and c->connecting says its answer is
+ * still to take (sov_connect_finish). */
 int sov_connect_tentative(struct sov_conn *c, int fd, const struct sockaddr *local,
-                          const struct sockaddr *peer, uint32_t ticket);
+                          const struct sockaddr *peer, uint32_t ticket, bool async);
+/* Takes the answer to an async request, waiting up to `wait_ms` (0: only
+ * looks): false while none came; true once c->connecting is over, with
+ * c->connect_err 0 (a tentative VI now) or the -errno it failed with. */
+bool sov_connect_finish(struct sov_conn *c, unsigned wait_ms);
 /* patience_ns: how long to wait for a VI that is not even arriving yet. */
 struct sov_conn *sov_accept_match(struct sov_sock *s, int fd, const struct sockaddr *peer,
                                   uint64_t patience_ns);
 int sov_claim(int fd, const struct sockaddr *listening, uid_t owner, uint32_t ticket);
 
 /* xhost.c: sovia run across hosts (docs/ARCHITECTURE.md "Transparent mode
- * across hosts"). On only with a fabric NIC and a cluster key
- * (SOVIA_CLUSTER_KEY_FILE); then every carried connection pairs through
+ * across hosts"). On only with a cluster key (SOVIA_CLUSTER_KEY_FILE);
+ * then every connection carried over fabric pairs through
  * the proofs of xauth.h, sent as PKT_XAUTH packets before the WAKEUPs:
  * client HELLO, server ACCEPT (and its WAKEUP), client CONFIRM (and its
  * WAKEUP). A WAKEUP before the proof is complete fails the connection. */
 enum sov_xh { XH_NONE, XH_CLIENT_HELLO, XH_CLIENT_OK, XH_SERVER_ACCEPTED, XH_SERVER_OK };
-bool sov_xhost_on(void); /* after sov_init */
+bool sov_xhost_on(void); /* the key is usable (after sov_init) */
+/* ... and the process's own NIC is shm: peers on other hosts go over the
+ * far NIC (far.c). */
+bool sov_xhost_far_wanted(void);
+/* Whether connection c pairs through the proofs (it is on a fabric NIC). */
+bool sov_xhost_proves(const struct sov_conn *c);
+/* The provider that carries c ("shm", "fabric:tcp"). */
+const char *sov_conn_provider(const struct sov_conn *c);
 /* Can this process's NIC pair sovia run connections at all? shm (the
  * token), or fabric with the key (the proofs); fabric without a key
  * cannot prove anything: no shadow listener, no attempt. */

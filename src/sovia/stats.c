@@ -63,6 +63,7 @@ void sov_tally(struct sov_tally *t)
 {
     *t = (struct sov_tally){
         .carried = atomic_load(&sov_g.tp_paired),
+        .carried_far = atomic_load(&sov_g.tp_paired_far),
         .fell_back = atomic_load(&sov_g.tp_fell_back),
         .kernel = atomic_load(&sov_g.tp_kernel),
         .redirected = atomic_load(&sov_g.tp_redirected),
@@ -98,6 +99,7 @@ void sov_tally_forked(void)
     atomic_store(&sov_g.bytes_sent, 0);
     atomic_store(&sov_g.bytes_received, 0);
     atomic_store(&sov_g.tp_paired, 0);
+    atomic_store(&sov_g.tp_paired_far, 0);
     atomic_store(&sov_g.tp_fell_back, 0);
     atomic_store(&sov_g.tp_kernel, 0);
     atomic_store(&sov_g.tp_redirected, 0);
@@ -114,6 +116,8 @@ void sov_tally_forked(void)
         c->taken = 0;
         if (s->transparent && s->kind == SK_CONNECTED && !s->tp_waiting) {
             atomic_fetch_add(&sov_g.tp_paired, 1);
+            if (c->far)
+                atomic_fetch_add(&sov_g.tp_paired_far, 1);
             if (c->redirected)
                 atomic_fetch_add(&sov_g.tp_redirected, 1);
         }

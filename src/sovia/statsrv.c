@@ -23,6 +23,8 @@
  *       handling   single | handler | notify
  *       mode       sovia (sov_* socket) | run (a program's kernel socket,
  *                  carried by `sovia run`)
+ *       provider   the NIC's provider that carries it: shm | fabric:<name>
+ *                  (a process with a cluster key holds both, far.c)
  *     Readers ignore fields after these (later versions may add some).
  *
  * The thread blocks every signal, is detached and holds no lock while it
@@ -172,16 +174,17 @@ static void describe(struct outbuf *b, struct sov_sock *s, int fd)
     unsigned window = c->cfg.window, credits = c->credits;
     enum sov_wait_mode wait = c->cfg.wait_mode;
     enum sov_handling handling = c->cfg.handling;
+    const char *provider = sov_conn_provider(c);
     sov_sock_unlock(s);
 
     char ls[INET6_ADDRSTRLEN + 16], ps[INET6_ADDRSTRLEN + 16];
     format_addr(&local, local_len, ls, sizeof(ls));
     format_addr(&peer, peer_len, ps, sizeof(ps));
-    out_printf(b, "%d\t%s\t%s\t%s\t%llu\t%llu\t%llu\t%llu\t%u\t%u\t%s\t%s\t%s\n", fd, ls, ps, state,
+    out_printf(b, "%d\t%s\t%s\t%s\t%llu\t%llu\t%llu\t%llu\t%u\t%u\t%s\t%s\t%s\t%s\n", fd, ls, ps, state,
                (unsigned long long)st.bytes_sent, (unsigned long long)st.bytes_received,
                (unsigned long long)st.data_packets_sent,
                (unsigned long long)st.data_packets_received, window, credits, wait_name(wait),
-               handling_name(handling), transparent ? "run" : "sovia");
+               handling_name(handling), transparent ? "run" : "sovia", provider);
 }
 
 struct named {

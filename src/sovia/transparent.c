@@ -67,6 +67,11 @@ bool sov_tp_across_hosts(void)
     return across_wanted() && sov_init() == 0 && sov_xhost_on();
 }
 
+bool sov_tp_far_beside(void)
+{
+    return sov_tp_across_hosts() && sov_xhost_far_wanted();
+}
+
 bool sov_tp_host_worth_trying(const struct sockaddr *peer)
 {
     return sov_tp_across_hosts() && !sov_xpeer_refusing(peer, sov_now_ns());
@@ -82,11 +87,18 @@ int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struc
         return -ECONNREFUSED;
     if (!sov_tp_fd_room())
         return -EMFILE;
+    /* With a key beside shm, a peer on another host goes over the far NIC
+     * (far.c: opened now, the first time). */
+    bool far = sov_xhost_far_wanted() &&
+               !sov_addr_is_local(peer, peer->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                                   : sizeof(struct sockaddr_in6));
+    if (far && sov_far_open() != 0)
+        return -ECONNREFUSED;
     /* Across hosts (fabric) the HELLO proves the connection's four
      * addresses, so the client port is bound now (ephemeral.c); on this
      * host the VI names none and the kernel's connect picks it (pair.c). */
     struct sockaddr_storage bound;
-    if (sov_xhost_on() && sov_addr_port(local) == 0) {
+    if ((far || (sov_xhost_on() && !sov_xhost_far_wanted())) && sov_addr_port(local) == 0) {
         socklen_t bl = sizeof(bound);
         if (sov_bind_ephemeral(fd, domain) != 0 ||
             getsockname(fd, (struct sockaddr *)&bound, &bl) != 0)
@@ -97,8 +109,8 @@ int sov_tp_connect(int fd, int domain, const struct sockaddr *local, const struc
     if (!s)
         return -ENOMEM;
     s->gen++;
-    struct sov_conn *c = sov_conn_create(&s->cfg, &err);
-    if (c && (err = sov_connect_tentative(c, fd, local, peer, 0)) != 0) {
+    struct sov_conn *c = sov_conn_create(&s->cfg, far, &err);
+    if (c && (err = sov_connect_tentative(c, fd, local, peer, 0, nonblock)) != 0) {
         sov_conn_destroy(c);
         c = NULL;
     }
@@ -283,6 +295,7 @@ int sov_tp_claim(int fd, const struct sockaddr *listening, uid_t owner, uint32_t
 }
 
 static void fall_back(struct sov_sock *s);
+static bool kernel_spoke(const struct sov_sock *s, bool server);
 
 /* ---- Bytes written before the pairing ------------------------------------------ */
 
@@ -298,7 +311,10 @@ static bool takes_early(const struct sov_sock *s)
 
 bool sov_tp_early_room(const struct sov_sock *s)
 {
-    return takes_early(s) && s->conn->early_len < s->conn->send_mtu;
+    /* Not while the listener has not answered: the socket is not
+     * writable before its rendezvous, as a kernel socket before its
+     * handshake (a send meanwhile is taken all the same). */
+    return takes_early(s) && !s->conn->connecting && s->conn->early_len < s->conn->send_mtu;
 }
 
 ssize_t sov_tp_send_early(struct sov_sock *s, const struct iovec *iov, int iovcnt, bool whole)
@@ -351,7 +367,6 @@ static void send_early(struct sov_sock *s)
 #define CLOSE_ANSWER_NS 20000000u
 
 static void write_kernel(struct sov_sock *s);
-static bool kernel_spoke(const struct sov_sock *s, bool server);
 static int follow_redirect(struct sov_sock *s);
 
 /* 100 us with the socket's lock released (the client's answer comes from
@@ -380,15 +395,21 @@ void sov_tp_close_settle(struct sov_sock *s, bool abortive)
         return;
     uint64_t end = sov_now_ns() + CLOSE_ANSWER_NS;
     for (;;) {
-        sov_progress(s);
-        if (s->conn->redirect) /* failed: the VI it leaves resets */
-            follow_redirect(s);
+        /* A non-blocking connect's VI not answered yet: its answer first. */
+        bool refused = s->conn->connecting && sov_connect_finish(s->conn, 0) &&
+                       s->conn->connect_err;
+        if (!s->conn->connecting && !refused) {
+            sov_progress(s);
+            if (s->conn->redirect) /* failed: the VI it leaves resets */
+                follow_redirect(s);
+        }
         struct sov_conn *c = s->conn;
-        if (c->peer_window && !c->tentative && !c->reset) {
+        if (!c->connecting && !refused && c->peer_window && !c->tentative && !c->reset) {
             send_early(s);
             return;
         }
-        if (c->reset || sov_now_ns() > end || (client && c->tentative && kernel_spoke(s, false))) {
+        if (refused || c->reset || sov_now_ns() > end ||
+            (client && c->tentative && kernel_spoke(s, false))) {
             write_kernel(s);
             atomic_fetch_add(&sov_g.tp_fell_back, 1);
             c->early_len = 0;
@@ -457,11 +478,11 @@ static int follow_redirect(struct sov_sock *s)
     if (!sov_shared_own_early(old))
         return -ENOMEM;
     int err;
-    struct sov_conn *c = sov_conn_create(&s->cfg, &err);
+    struct sov_conn *c = sov_conn_create(&s->cfg, old->far, &err);
     if (!c)
         return err;
     err = sov_connect_tentative(c, s->fd, (struct sockaddr *)&local, (struct sockaddr *)&peer,
-                                ticket);
+                                ticket, false);
     if (err) {
         sov_conn_destroy(c);
         return err;
@@ -485,6 +506,32 @@ static int follow_redirect(struct sov_sock *s)
     return 0;
 }
 
+/* A non-blocking connect's VI whose listener had not answered when
+ * connect() returned (caller holds s->lock; c->connecting, or it failed
+ * while a fork waited for it: c->connect_err): 1 while no
+ * answer came (or the socket's own pairing timeout has not run out); 0
+ * once it came, and the pairing goes on as for a blocking connect; -1
+ * when the connection left for the kernel socket (lock released): the
+ * listener refused (its queue full: as a refusal before connect()
+ * returned, kernel TCP), the kernel connection failed or its peer spoke
+ * first, or no answer came in time. */
+static int connect_step(struct sov_sock *s)
+{
+    struct sov_conn *c = s->conn;
+    if (c->connecting && kernel_spoke(s, false)) { /* a failed kernel connect: POLLERR */
+        fall_back(s);
+        return -1;
+    }
+    if (!sov_connect_finish(c, 0))
+        return 1;
+    if (c->connect_err) {
+        atomic_fetch_add(&sov_g.tp_kernel, 1);
+        sov_tp_fall_back(s);
+        return -1;
+    }
+    return 0;
+}
+
 /* Caller holds s->lock. Paired once the peer's WAKEUP opened our window
  * (and, on the client, ours answered it). */
 enum sov_tp_state sov_tp_settle(struct sov_sock *s)
@@ -498,6 +545,11 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
     }
     if (!c || !s->tp_waiting)
         return SOV_TP_PAIRED;
+    if (c->connecting || c->connect_err) {
+        int st = connect_step(s);
+        if (st != 0)
+            return st > 0 ? SOV_TP_PENDING : SOV_TP_FELL_BACK;
+    }
     bool server = !c->tentative_since_ns;
     /* A client that has not answered looks at the kernel socket first: a
      * server that gave up waiting for the answer (it closed or shut down
@@ -521,6 +573,8 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
         if (c->peer_window && !c->tentative && !c->reset) {
             s->tp_waiting = false;
             atomic_fetch_add(&sov_g.tp_paired, 1);
+            if (c->far)
+                atomic_fetch_add(&sov_g.tp_paired_far, 1);
             sov_pairing_remove(s);
             sov_conn_established(s);
             send_early(s);

@@ -29,6 +29,9 @@ bool sov_tp_fd_room(void);
  * key, xhost.c): a connection to another host's address is tried too,
  * and every carried connection pairs through the cluster key's proofs. */
 bool sov_tp_across_hosts(void);
+/* ... beside shm (a key without SOVIA_PROVIDER=fabric): this host's peers
+ * stay on shm and pair by token, other hosts' go over the far NIC. */
+bool sov_tp_far_beside(void);
 /* ... and `peer`'s host is worth a try: not one that refused lately (a
  * look-up: no VI is made for a host that does not run sovia). */
 bool sov_tp_host_worth_trying(const struct sockaddr *peer);
@@ -122,8 +125,8 @@ int sov_tp_migrate_all(void);
 int sov_tp_migrate_inherited(void);
 /* Those a next image would get but could not take as they are (their VI
  * forgot its export: the socket was close-on-exec when it paired, and the
- * program made a name that survives exec since): before an exec that
- * loads sovia. */
+ * program made a name that survives exec since; or they are on the far NIC,
+ * far.c): before an exec that loads sovia. */
 int sov_tp_migrate_unexportable(void);
 int sov_tp_unread(int fd, int *bytes);
 /* The last sov_sendv/sov_recvv of this thread failed with EBADF because

@@ -2,7 +2,8 @@
  * xhost.c - sovia run across hosts (issue 17 item 4; docs/ARCHITECTURE.md
  * "Transparent mode across hosts", docs/SECURITY.md "Between hosts").
  *
- * With a fabric NIC and a cluster key, a carried connection pairs through
+ * With a cluster key, a connection carried over fabric (the far NIC beside
+ * shm, far.c, or every one with SOVIA_PROVIDER=fabric) pairs through
  * proofs instead of the same-host token (the client's kernel socket, which
  * cannot cross hosts): the client's VI sends HELLO as its first packet,
  * the server's accept() checks it against the accepted kernel socket's two
@@ -31,6 +32,7 @@ struct sov_xproof {
 static struct {
     pthread_once_t once;
     bool on;
+    bool all; /* the process's own NIC is fabric: every connection proves */
     struct sov_xkey key;
     char provider[64];
 } xg = {.once = PTHREAD_ONCE_INIT};
@@ -47,11 +49,11 @@ static void xhost_init(void)
     while (strncmp(xg.provider, "fabric", 6) != 0 && n && xg.provider[n - 1] >= '0' &&
            xg.provider[n - 1] <= '9')
         xg.provider[--n] = '\0';
-    /* The fabric NIC is the only one that reaches other hosts; the key
-     * says this host may pair with them. Without either, nothing here is
+    /* Over fabric (SOVIA_PROVIDER=fabric) every connection, this host's
+     * too, pairs through the key's proofs; over shm the key adds the far
+     * NIC (far.c) for other hosts' peers. Without a key, nothing here is
      * used and same-host pairing is as before. */
-    if (strncmp(xg.provider, "fabric", 6) != 0)
-        return;
+    xg.all = strncmp(xg.provider, "fabric", 6) == 0;
     int err = sov_xkey_from_env(&xg.key);
     xg.on = err == 0;
     /* Said once: otherwise a refused key looks like a peer without sovia. */
@@ -69,6 +71,16 @@ bool sov_xhost_on(void)
     return xg.on;
 }
 
+bool sov_xhost_far_wanted(void)
+{
+    return sov_xhost_on() && !xg.all;
+}
+
+bool sov_xhost_proves(const struct sov_conn *c)
+{
+    return c->far || (xg.all && sov_xhost_on());
+}
+
 bool sov_xhost_nic_pairs(void)
 {
     return sov_xhost_on() || strncmp(sov_provider_name(), "fabric", 6) != 0;
@@ -80,6 +92,11 @@ const char *sov_provider_name(void)
         return "";
     pthread_once(&xg.once, xhost_init);
     return xg.provider;
+}
+
+const char *sov_conn_provider(const struct sov_conn *c)
+{
+    return c->far ? sov_far_provider_name() : sov_provider_name();
 }
 
 /* Microseconds on a LAN; a host that drops the fabric port's packets

@@ -126,6 +126,15 @@ VIPL_EXPORT VIP_RETURN VipConnectReject(VIP_CONN_HANDLE ConnHandle)
     return VIP_SUCCESS;
 }
 
+/* A request's token goes with it (one request's). */
+static void token_sent(struct vipl_vi *vi)
+{
+    if (vi->connect_token >= 0) {
+        VipxFdClose(vi->connect_token);
+        vi->connect_token = -1;
+    }
+}
+
 VIPL_EXPORT VIP_RETURN VipConnectRequest(VIP_VI_HANDLE ViHandle, VIP_NET_ADDRESS *LocalAddr,
                                          VIP_NET_ADDRESS *RemoteAddr, VIP_ULONG Timeout,
                                          VIP_VI_ATTRIBUTES *RemoteViAttribs)
@@ -142,16 +151,65 @@ VIPL_EXPORT VIP_RETURN VipConnectRequest(VIP_VI_HANDLE ViHandle, VIP_NET_ADDRESS
     struct timespec buf;
     VIP_RETURN r = vi->nic->prov->connect_request(vi, LocalAddr, RemoteAddr,
                                                   vipl_deadline(Timeout, &buf), &rattrs);
-    if (vi->connect_token >= 0) { /* one request's */
-        VipxFdClose(vi->connect_token);
-        vi->connect_token = -1;
-    }
+    token_sent(vi);
     if (r != VIP_SUCCESS) {
         atomic_store(&vi->state, VIP_STATE_IDLE);
         return r;
     }
     if (RemoteViAttribs)
         *RemoteViAttribs = rattrs;
+    return VIP_SUCCESS;
+}
+
+VIPL_EXPORT VIP_RETURN VipxConnectStart(VIP_VI_HANDLE ViHandle, VIP_NET_ADDRESS *LocalAddr,
+                                        VIP_NET_ADDRESS *RemoteAddr)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi || !address_ok(LocalAddr) || !address_ok(RemoteAddr))
+        return VIP_INVALID_PARAMETER;
+    if (!vi->nic->prov->connect_start)
+        return VIP_ERROR_NOT_SUPPORTED;
+    int idle = VIP_STATE_IDLE;
+    if (vi->last || !atomic_compare_exchange_strong(&vi->state, &idle, VIP_STATE_CONNECT_PENDING))
+        return VIP_INVALID_STATE;
+    VIP_RETURN r = vi->nic->prov->connect_start(vi, LocalAddr, RemoteAddr);
+    token_sent(vi);
+    if (r != VIP_SUCCESS)
+        atomic_store(&vi->state, VIP_STATE_IDLE);
+    return r;
+}
+
+VIPL_EXPORT VIP_RETURN VipxConnectDone(VIP_VI_HANDLE ViHandle, VIP_ULONG Timeout,
+                                       VIP_VI_ATTRIBUTES *RemoteViAttribs)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi)
+        return VIP_INVALID_PARAMETER;
+    if (vipl_vi_state(vi) != VIP_STATE_CONNECT_PENDING || !vi->nic->prov->connect_finish)
+        return VIP_INVALID_STATE;
+    VIP_VI_ATTRIBUTES rattrs;
+    struct timespec buf;
+    VIP_RETURN r = vi->nic->prov->connect_finish(vi, vipl_deadline(Timeout, &buf), &rattrs);
+    if (r == VIP_TIMEOUT)
+        return r;
+    if (r != VIP_SUCCESS) {
+        atomic_store(&vi->state, VIP_STATE_IDLE);
+        return r;
+    }
+    if (RemoteViAttribs)
+        *RemoteViAttribs = rattrs;
+    return VIP_SUCCESS;
+}
+
+VIPL_EXPORT VIP_RETURN VipxConnectAbandon(VIP_VI_HANDLE ViHandle)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi)
+        return VIP_INVALID_PARAMETER;
+    if (vipl_vi_state(vi) != VIP_STATE_CONNECT_PENDING || !vi->nic->prov->connect_abandon)
+        return VIP_INVALID_STATE;
+    vi->nic->prov->connect_abandon(vi);
+    atomic_store(&vi->state, VIP_STATE_IDLE);
     return VIP_SUCCESS;
 }
 
@@ -187,6 +245,16 @@ VIPL_EXPORT VIP_RETURN VipxListen(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS *Loc
     if (!nic || !address_ok(LocalAddr))
         return VIP_INVALID_PARAMETER;
     return nic->prov->listen(nic, LocalAddr, false);
+}
+
+VIPL_EXPORT VIP_RETURN VipxListenWaiting(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS *LocalAddr)
+{
+    struct vipl_nic *nic = nic_of(NicHandle);
+    if (!nic || !address_ok(LocalAddr))
+        return VIP_INVALID_PARAMETER;
+    if (!nic->prov->listen_waiting)
+        return VIP_ERROR_NOT_SUPPORTED;
+    return nic->prov->listen_waiting(nic, LocalAddr) ? VIP_SUCCESS : VIP_NOT_DONE;
 }
 
 VIPL_EXPORT VIP_RETURN VipxListenAnyUser(VIP_NIC_HANDLE NicHandle, VIP_NET_ADDRESS *LocalAddr)

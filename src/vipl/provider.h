@@ -222,6 +222,18 @@ struct vipl_provider {
     VIP_RETURN (*connect_request)(struct vipl_vi *vi, const VIP_NET_ADDRESS *local,
                                   const VIP_NET_ADDRESS *remote,
                                   const struct timespec *deadline, VIP_VI_ATTRIBUTES *rattrs);
+    /* The same request in two steps (optional): start sends it and
+     * returns; finish waits until `deadline` for the answer (VIP_TIMEOUT:
+     * not yet, still pending) and ends it otherwise; abandon ends one
+     * unanswered (the listener sees the requester go). */
+    VIP_RETURN (*connect_start)(struct vipl_vi *vi, const VIP_NET_ADDRESS *local,
+                                const VIP_NET_ADDRESS *remote);
+    VIP_RETURN (*connect_finish)(struct vipl_vi *vi, const struct timespec *deadline,
+                                 VIP_VI_ATTRIBUTES *rattrs);
+    void (*connect_abandon)(struct vipl_vi *vi);
+    /* Whether requests to `local` wait to be taken by connect_wait
+     * (optional). */
+    bool (*listen_waiting)(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
     VIP_RETURN (*disconnect)(struct vipl_vi *vi);
     VIP_RETURN (*listen)(struct vipl_nic *nic, const VIP_NET_ADDRESS *local, bool any_user);
     VIP_RETURN (*unlisten)(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);

@@ -237,6 +237,23 @@ void p_child_safety(void)
     alarm(P_WATCHDOG_S);
 }
 
+bool p_child_record(void (*fn)(void *), void *arg, struct p_stat *st)
+{
+    pid_t k = (pid_t)SYS(fork());
+    if (k == 0) {
+        p_child_safety();
+        fn(arg);
+        exit(0); /* its exit record (_exit writes none) */
+    }
+    int ws;
+    SYS(waitpid(k, &ws, 0));
+    CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    if (p_kernel_mode())
+        return false;
+    CHECK(p_stat_of(k, st));
+    return true;
+}
+
 static void become_child(const char *role)
 {
     role_name = role;

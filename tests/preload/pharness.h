@@ -199,6 +199,10 @@ struct p_stat {
 };
 /* The record of pid in SOVIA_STAT_LOG; false if it wrote none. */
 bool p_stat_of(pid_t pid, struct p_stat *st);
+/* Runs fn(arg) in a forked child (watchdog) that then exits through exit(),
+ * which writes its record; checks it exited 0 and, unless in kernel mode,
+ * gives its record (false in kernel mode: none). */
+bool p_child_record(void (*fn)(void *), void *arg, struct p_stat *st);
 
 /* ---- Sockets and helpers ------------------------------------------------- */
 

@@ -46,8 +46,9 @@ static void echo_server(struct p_role *r)
     }
 }
 
-static void connections(int port)
+static void connections(void *arg)
 {
+    int port = *(int *)arg;
     for (int i = 0; i < cur->conns; i++) {
         int fd = p_connect(port);
         int xs = i == cur->long_at ? LONG : cur->short_xs;
@@ -59,19 +60,9 @@ static void connections(int port)
 
 static void client(struct p_role *r)
 {
-    pid_t k = (pid_t)SYS(fork());
-    if (k == 0) {
-        p_child_safety();
-        connections(r->port);
-        exit(0); /* its exit record (_exit writes none) */
-    }
-    int st;
-    SYS(waitpid(k, &st, 0));
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    if (p_kernel_mode())
-        return;
     struct p_stat s;
-    CHECK(p_stat_of(k, &s));
+    if (!p_child_record(connections, &r->port, &s))
+        return;
     p_log("client: carried %u kernel %u short %u fell_back %u", s.carried, s.kernel, s.short_,
           s.fell_back);
     if (s.carried != cur->carried || s.kernel != cur->kernel || s.short_ != cur->kernel ||

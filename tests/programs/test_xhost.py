@@ -2,7 +2,7 @@
 """`sovia run` across hosts (issue 17 item 4): unmodified programs on two
 "hosts" (network namespaces of scripts/cluster.sh), their TCP connections
 carried over the fabric provider when both hosts run sovia with one cluster
-key, and on kernel TCP, correct, when one host does not run sovia or holds
+key (beside shm for same-host peers, or every one with SOVIA_PROVIDER=fabric), and on kernel TCP, correct, when one host does not run sovia or holds
 another key. Proof: the programs' own output (every byte echoed, checked
 with SHA-256; iperf3's JSON) and the exit records (SOVIA_STAT_LOG:
 "provider", "carried", "fell_back", "kernel").
@@ -73,10 +73,10 @@ class Xhost(unittest.TestCase):
             e["SOVIA_PROVIDER"] = provider
         return e
 
-    def start(self, host, argv, under, key, log, provider=FABRIC):
+    def start(self, host, argv, under, key, log, provider=FABRIC, stdin=None):
         cmd = in_host(host, ([SOVIA, "run"] if under else []) + argv)
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=self.env(key, log, provider))
+                             env=self.env(key, log, provider), stdin=stdin)
         self.procs.append(p)
         return p
 
@@ -185,16 +185,98 @@ class Xhost(unittest.TestCase):
         self.assert_kernel(srec, 2)
         self.assertIsNone(crec)
 
-    def test_same_host_stays_shm(self):
-        """With a key but no fabric NIC asked for, a same-host connection is
-        carried over shm as before; one to the other host stays on kernel
-        TCP (this process has no NIC that reaches it)."""
+    def assert_providers(self, rec, shm, far):
+        """carried connections per provider: `shm` on shm, `far` on fabric."""
+        self.assertIsNotNone(rec, "no exit record")
+        self.assertEqual(rec["provider"], "shm", rec)
+        got = dict(rec["providers"])
+        self.assertEqual(got.pop("shm"), shm, rec)
+        fabric = {k: v for k, v in got.items() if k.startswith("fabric:")}
+        self.assertEqual(fabric, got, rec)  # nothing but shm and one fabric provider
+        self.assertEqual(sum(fabric.values()), far, rec)
+        self.assertEqual(rec["carried"], shm + far, rec)
+
+    def test_key_beside_shm(self):
+        """With a key and no SOVIA_PROVIDER, a same-host connection is
+        carried over shm as before, one to the other host over fabric (the
+        far NIC, opened for it)."""
         srec, crec = self.echo(True, True, self.key, self.key, client_host=1, provider=None)
-        self.assert_carried(srec, 2, "shm")
-        self.assert_carried(crec, 2, "shm")
+        self.assert_providers(srec, 2, 0)
+        self.assert_providers(crec, 2, 0)
         srec, crec = self.echo(True, True, self.key, self.key, provider=None)
-        self.assertTrue(srec is None or srec["carried"] == 0, srec)  # not counted: not tried
-        self.assert_kernel(crec, 2)
+        self.assert_providers(srec, 0, 2)
+        self.assert_providers(crec, 0, 2)
+
+    def start_echo_server(self, host, conns, log):
+        echo = [sys.executable, os.path.join(HERE, "xhost_echo.py")]
+        server = self.start(host, echo + ["server", str(self.port), str(conns)], True, self.key,
+                            log, None)
+        out = server.stdout.readline()
+        self.assertEqual(out, "listening\n", out)
+        return server
+
+    def test_two_nics_at_once(self):
+        """One process holds a same-host connection (shm) and one to the
+        other host (fabric) at once, both exchanged together, every byte
+        checked; each end's record names the provider that carried it."""
+        logs = [os.path.join(self.dir, f"{n}.log") for n in ("s1", "s2", "c")]
+        s1 = self.start_echo_server(1, 1, logs[0])
+        s2 = self.start_echo_server(2, 1, logs[1])
+        # A listener's far NIC opens in its own thread (libfabric's load,
+        # ~0.4 s): a client before it is ready gets kernel TCP.
+        time.sleep(1.5)
+        client = self.start(2, [sys.executable, os.path.join(HERE, "xhost_echo.py"), "both",
+                                ADDRS[1], ADDRS[0], str(self.port), str(4 << 20), "hold"],
+                            True, self.key, logs[2], None, stdin=subprocess.PIPE)
+        self.assertEqual(client.stdout.readline(), "connected\n")
+        # `sovia stat` in the client's host names each connection's provider.
+        st = subprocess.run(in_host(2, [SOVIA, "stat", "--json"]), capture_output=True,
+                            text=True, timeout=30)
+        self.assertEqual(st.returncode, 0, st.stderr)
+        rows = {r["peer"]: r["provider"] for r in json.loads(st.stdout)}
+        self.assertEqual(rows.get(f"{ADDRS[1]}:{self.port}"), "shm", rows)
+        self.assertTrue(rows.get(f"{ADDRS[0]}:{self.port}", "").startswith("fabric:"), rows)
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        out = self.finish(client, "client")
+        self.assertEqual(out.strip().splitlines()[-1], "ok 2", out)
+        self.finish(s1, "server on host 1")
+        self.finish(s2, "server on host 2")
+        self.assert_providers(self.records(logs[2])[0], 1, 1)
+        self.assert_providers(self.records(logs[1])[0], 1, 0)
+        self.assert_providers(self.records(logs[0])[0], 0, 1)
+
+    def test_exec_with_far_connection(self):
+        """A connection on the far NIC cannot go to the next program image
+        (a libfabric endpoint is this process's): it moves to its kernel
+        socket before the exec, every byte in order."""
+        logs = [os.path.join(self.dir, f"{n}.log") for n in ("s", "c")]
+        server = self.start_echo_server(1, 1, logs[0])
+        time.sleep(1.5)  # its far NIC (see test_two_nics_at_once)
+        p = self.start(2, [sys.executable, os.path.join(HERE, "xhost_echo.py"), "exec",
+                           ADDRS[0], str(self.port)], True, self.key, logs[1], None)
+        out = self.finish(p, "exec client")
+        self.assertEqual(out.strip().splitlines()[-1], "ok", out)
+        self.finish(server, "server")
+        srec = self.records(logs[0])[0]
+        self.assert_providers(srec, 0, 1)
+        self.assertEqual(srec["migrated"], 1, srec)
+
+    def test_same_host_only_no_libfabric(self):
+        """A program that only talks to its own host (a listener on
+        127.0.0.1 and a connection to it) never loads libfabric, key or
+        not; its first connection to another host does."""
+        logs = [os.path.join(self.dir, f"{n}.log") for n in ("s", "c")]
+        server = self.start_echo_server(2, 1, logs[0])
+        time.sleep(1.5)  # its far NIC (see test_two_nics_at_once)
+        p = self.start(1, [sys.executable, os.path.join(HERE, "xhost_echo.py"), "local",
+                           str(self.port + 100), ADDRS[1], str(self.port)],
+                       True, self.key, logs[1], None)
+        out = self.finish(p, "local")
+        self.assertEqual(out.split(), ["ok", "libfabric", "no", "ok", "libfabric", "yes"], out)
+        self.finish(server, "server")
+        # Both ends of the local connection are this process's.
+        self.assert_providers(self.records(logs[1])[0], 2, 1)
 
     def test_same_host_over_fabric(self):
         """SOVIA_PROVIDER=fabric forces fabric: the proofs pair a same-host

@@ -6,6 +6,16 @@ sovia-specific in it.
     xhost_echo.py client HOST PORT BYTES N  N connections, each sends BYTES random
                                            bytes and checks they all come back;
                                            prints "ok N" (or what went wrong)
+    xhost_echo.py both HOST1 HOST2 PORT BYTES [hold]  one connection to each
+                                           host, both open at once, exchanged
+                                           together; prints "ok 2" (hold: says
+                                           "connected" and waits for a line first)
+    xhost_echo.py exec HOST PORT            1 MiB echoed, then exec itself with the
+                                           socket, which echoes 1 MiB more: "ok"
+    xhost_echo.py local PORT [HOST PORT2]   an echo to itself on 127.0.0.1 (and
+                                           then one to HOST); prints "ok" and
+                                           whether libfabric is mapped after
+                                           each ("libfabric no" / "yes")
 """
 import hashlib
 import os
@@ -14,12 +24,15 @@ import sys
 import threading
 
 
-def server(port, conns):
+def listening(addr, port):
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", port))
+    s.bind((addr, port))
     s.listen(16)
-    print("listening", flush=True)
+    return s
+
+
+def serve(s, conns):
     for _ in range(conns):
         c, _ = s.accept()
         with c:
@@ -30,29 +43,114 @@ def server(port, conns):
                 c.sendall(b)
 
 
-def one(host, port, size):
+def server(port, conns):
+    s = listening("0.0.0.0", port)
+    print("listening", flush=True)
+    serve(s, conns)
+
+
+def exchange(c, size):
     data = os.urandom(size)
-    with socket.create_connection((host, port), timeout=20) as c:
-        def write():
-            c.sendall(data)
-            c.shutdown(socket.SHUT_WR)
-        t = threading.Thread(target=write)
-        t.start()
-        h, n = hashlib.sha256(), 0
-        while True:
-            b = c.recv(65536)
-            if not b:
-                break
-            h.update(b)
-            n += len(b)
-        t.join()
+    def write():
+        c.sendall(data)
+        c.shutdown(socket.SHUT_WR)
+    t = threading.Thread(target=write)
+    t.start()
+    h, n = hashlib.sha256(), 0
+    while True:
+        b = c.recv(65536)
+        if not b:
+            break
+        h.update(b)
+        n += len(b)
+    t.join()
     return n == size and h.digest() == hashlib.sha256(data).digest()
+
+
+def echo_once(c, size):
+    """size bytes out and back, the connection left open."""
+    data = os.urandom(size)
+    t = threading.Thread(target=c.sendall, args=(data,))
+    t.start()
+    got = bytearray()
+    while len(got) < size:
+        b = c.recv(65536)
+        if not b:
+            break
+        got += b
+    t.join()
+    return bytes(got) == data
+
+
+def one(host, port, size):
+    with socket.create_connection((host, port), timeout=20) as c:
+        return exchange(c, size)
+
+
+def both(hosts, port, size, hold):
+    """Both connections made first, then exchanged at the same time (with
+    `hold`: once a line comes on stdin)."""
+    conns = [socket.create_connection((h, port), timeout=20) for h in hosts]
+    if hold:
+        print("connected", flush=True)
+        sys.stdin.readline()
+    good = [False] * len(conns)
+    def run(i):
+        good[i] = exchange(conns[i], size)
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(len(conns))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for c in conns:
+        c.close()
+    return sum(good)
+
+
+def libfabric_mapped():
+    with open("/proc/self/maps") as f:
+        return "yes" if "libfabric" in f.read() else "no"
+
+
+def local(port, rest):
+    s = listening("127.0.0.1", port)
+    t = threading.Thread(target=serve, args=(s, 1))
+    t.start()
+    ok = one("127.0.0.1", port, 1 << 20)
+    t.join()
+    s.close()
+    print("ok" if ok else "bad: the local exchange differs", flush=True)
+    print(f"libfabric {libfabric_mapped()}", flush=True)
+    if rest:
+        ok = one(rest[0], int(rest[1]), 1 << 20) and ok
+        print("ok" if ok else "bad: the exchange with the other host differs", flush=True)
+        print(f"libfabric {libfabric_mapped()}", flush=True)
+    return 0 if ok else 1
 
 
 def main():
     if sys.argv[1] == "server":
         server(int(sys.argv[2]), int(sys.argv[3]))
         return 0
+    if sys.argv[1] == "both":
+        good = both(sys.argv[2:4], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6:] == ["hold"])
+        print(f"ok {good}" if good == 2 else f"bad: {2 - good} of 2 connections differ", flush=True)
+        return 0 if good == 2 else 1
+    if sys.argv[1] == "exec":  # exec HOST PORT: one exchange, exec, one more on the same socket
+        c = socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=20)
+        if not echo_once(c, 1 << 20):
+            print("bad: before the exec", flush=True)
+            return 1
+        c.set_inheritable(True)
+        os.execv(sys.executable, [sys.executable, __file__, "exec2", str(c.fileno())])
+    if sys.argv[1] == "exec2":
+        c = socket.socket(fileno=int(sys.argv[2]))
+        c.setblocking(True)  # create_connection left the descriptor O_NONBLOCK
+        ok = exchange(c, 1 << 20)
+        print("ok" if ok else "bad: after the exec", flush=True)
+        return 0 if ok else 1
+    if sys.argv[1] == "local":
+        return local(int(sys.argv[2]), sys.argv[3:])
     host, port, size, n = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     good = sum(one(host, port, size) for _ in range(n))
     print(f"ok {good}" if good == n else f"bad: {n - good} of {n} connections differ", flush=True)

@@ -17,7 +17,8 @@ SOVIA = None  # set from argv in main
 TIMEOUT = 60
 
 SOVIA_TRANSPORTS = ["sovia", "sovia-block", "sovia-adaptive"]
-LOCAL_TRANSPORTS = ["limit", "limit-shared", "tcp", "tcp-poll", "uds", "vi", "vi-copy", "vi-block", "vi-notify",
+LOCAL_TRANSPORTS = ["limit", "limit-shared", "tcp", "tcp-poll", "uds", "vi", "vi-copy", "vi-user",
+                    "vi-block", "vi-notify",
                     *SOVIA_TRANSPORTS]
 SOVIA_LABELS = ["SOVIA_NOTIFY", "SOVIA_HANDLER", "SOVIA_SINGLE", "SOVIA_REG", "SOVIA_COPY",
                 "SOVIA_HYBRID", "SOVIA_BASE", "SOVIA_FLOWCNTL", "SOVIA_DACKS", "SOVIA_COMBINE"]

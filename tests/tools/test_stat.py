@@ -45,9 +45,10 @@ sys.stdin.read()
 """
 
 HEADER = ["PID", "COMMAND", "FD", "LOCAL", "PEER", "STATE", "TX-BYTES", "RX-BYTES", "TX-PKTS",
-          "RX-PKTS", "WINDOW", "WAIT"]
+          "RX-PKTS", "WINDOW", "WAIT", "PROVIDER"]
 KEYS = {"pid", "command", "fd", "local", "peer", "state", "tx_bytes", "rx_bytes", "tx_packets",
-        "rx_packets", "window", "credits", "wait", "handling", "transparent"}
+        "rx_packets", "window", "credits", "wait", "handling", "transparent",
+        "provider"}
 
 
 def run(*args, **kw):
@@ -175,6 +176,7 @@ class Stat(unittest.TestCase):
                 self.assertLessEqual(e["credits"], e["window"])
                 self.assertIn(e["wait"], ("adaptive", "poll", "block"))
                 self.assertIn(e["handling"], ("single", "handler", "notify"))
+                self.assertEqual(e["provider"], "shm")  # the provider that carries it
             self.assertEqual((cli["tx_bytes"], cli["rx_bytes"]), (1000, 0))
             self.assertEqual((srv["tx_bytes"], srv["rx_bytes"]), (0, 1000))
             self.assertGreaterEqual(cli["tx_packets"], 1)
@@ -197,7 +199,7 @@ class Stat(unittest.TestCase):
                 self.assertEqual(row[3:5], [e["local"], e["peer"]])
                 self.assertEqual(row[5], "established")
                 self.assertEqual(row[6:8], [str(e["tx_bytes"]), str(e["rx_bytes"])])
-                self.assertEqual(row[-1], e["wait"])
+                self.assertEqual(row[-2:], [e["wait"], "shm"])
         finally:
             pair.close()
         self.assertEqual(entries_of(pair.pids()), [])

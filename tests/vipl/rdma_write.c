@@ -4,7 +4,8 @@
  *
  * The peer (target) registers four regions and tells the parent where they
  * are: R0 (good: EnableRdmaWrite, the VI's ptag, inside the VI's arena),
- * R1 (another ptag), R2 (no EnableRdmaWrite), R3 (outside the arena). The
+ * R1 (another ptag), R2 (no EnableRdmaWrite), R3 (good, outside the arena:
+ * the target's own memory, written by cross-memory attach). The
  * parent writes and then tells the peer what it must find (exact bytes, or
  * every canary intact; a consumed receive descriptor, or none).
  *
@@ -282,6 +283,18 @@ static void conn0(VIP_NIC_HANDLE nic, VIP_PROTECTION_HANDLE t)
     cmd(C_RECV, 0, 0, 2048, 0, 0xCAFEBABEu);
     cmd(C_NORECV, 0, 0, 0, 0, 0);
 
+    /* A region of the target's own memory, outside its arena, is a target
+     * as good as one inside (with and without immediate data). */
+    x = write1(&w, 3, 100, 1000, 11);
+    CHECK_STATUS(x, VIP_STATUS_DONE | VIP_STATUS_OP_RDMA_WRITE);
+    cmd(C_DATA, 3, 100, 1000, 11, 0);
+    l = REG;
+    x = write_(&w, w.reg.addr[3], w.reg.handle[3], &l, 1, 14, 1, 0xFEEDu);
+    CHECK_STATUS(x, VIP_STATUS_DONE | VIP_STATUS_OP_RDMA_WRITE);
+    cmd(C_DATA, 3, 0, REG, 14, 0);
+    cmd(C_RECV, 0, 0, REG, 0, 0xFEEDu);
+    cmd(C_NORECV, 0, 0, 0, 0, 0);
+
     /* Protection errors: nothing moves, the VI stays usable. */
     VIPX_VI_STATS st;
     CHECK_OK(VipxQueryViStats(w.vi, &st));
@@ -303,7 +316,8 @@ static void conn0(VIP_NIC_HANDLE nic, VIP_PROTECTION_HANDLE t)
     cmd(C_CANARY, 0, 0, 0, 0, 0);
     expect_prot(write1(&w, 2, 0, 100, 10), "region without EnableRdmaWrite");
     cmd(C_CANARY, 0, 0, 0, 0, 0);
-    expect_prot(write1(&w, 3, 0, 100, 11), "region outside the target VI's arena");
+    expect_prot(write1(&w, 3, REG - 100, 200, 13),
+                "write running past the end of a region outside the arena");
     cmd(C_CANARY, 0, 0, 0, 0, 0);
 
     /* An RDMA write without its address segment is a format error. */

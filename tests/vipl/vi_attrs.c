@@ -7,6 +7,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static char srv_disc[80], cli_disc[80];
 
@@ -171,9 +174,36 @@ static void test_query_set(VIP_NIC_HANDLE nic)
     CHECK_OK(VipDestroyPtag(nic, t2));
 }
 
+/* The default staging area (a full queue of MaxTransferSize receives,
+ * about 1 GiB here) is a sparse file: a process that may not write files
+ * that large (RLIMIT_FSIZE) still gets its VI, with a smaller area. */
+static void test_small_fsize(void)
+{
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        struct rlimit rl = {16 << 20, 16 << 20};
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+            _exit(3);
+        VIP_NIC_HANDLE nic;
+        VIP_PROTECTION_HANDLE t;
+        VIP_VI_HANDLE vi;
+        if (VipOpenNic(NULL, &nic) != VIP_SUCCESS || VipCreatePtag(nic, &t) != VIP_SUCCESS)
+            _exit(4);
+        VIP_VI_ATTRIBUTES a = h_vi_attrs(t, VIP_SERVICE_RELIABLE_DELIVERY);
+        VIP_RETURN r = VipCreateVi(nic, &a, NULL, NULL, &vi);
+        _exit(r == VIP_SUCCESS && VipDestroyVi(vi) == VIP_SUCCESS ? 0 : 5);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "VipCreateVi under RLIMIT_FSIZE 16 MiB: child status %d", st);
+}
+
 int main(void)
 {
     h_init("vi_attrs", 30);
+    test_small_fsize();
     h_disc(srv_disc, sizeof srv_disc);
     h_disc(cli_disc, sizeof cli_disc);
     h_peer p = h_fork(peer, NULL);

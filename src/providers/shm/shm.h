@@ -179,6 +179,7 @@ struct shm_vi {
     _Atomic uint32_t rq_tail;
     _Atomic uint32_t flush_upto; /* receives below this index complete as flushed */
     uint64_t staging_alloc, staging_free;
+    uint64_t staging_released; /* below this, freed pages went back (shm_recv.c) */
     uint32_t cq_reported; /* receive completions reported by the CQ (CQ lock) */
 
     /* Send queue (sq_lock). Sends complete inside VipPostSend. */
@@ -206,6 +207,14 @@ struct shm_vi {
     /* Our slot in ctl->live.holder (index + 1; 0: none): this process holds
      * the VI since a fork and sleeps on a CQ of its own (shm_cq.c). */
     uint8_t holder;
+    /* A request sent and not answered yet (shm_connect_start; req_open:
+     * false in a VI made any way, an imported one included): the
+     * listener's socket, its process and whether our armed word follows
+     * the CQ meanwhile (relay_on). */
+    bool req_open;
+    int req_sock, req_pidfd;
+    pid_t req_pid;
+    bool req_relay, req_foreign;
 };
 
 struct shm_cq {
@@ -257,6 +266,7 @@ struct shm_listener {
     unsigned refs;     /* the NIC's list holds one while listed */
     bool any_user;     /* takes requests of other users (VipxListenAnyUser) */
     atomic_bool closed; /* unlistened: waiters return */
+    atomic_uint taking; /* requests taken and not yet accepted or refused */
     pthread_mutex_t alock; /* arrivals */
     struct shm_arrival arrivals[SHM_ARRIVALS];
     unsigned narrivals;
@@ -394,6 +404,12 @@ void shm_connect_reject(struct vipl_conn *conn);
 VIP_RETURN shm_connect_request(struct vipl_vi *vi, const VIP_NET_ADDRESS *local,
                                const VIP_NET_ADDRESS *remote, const struct timespec *deadline,
                                VIP_VI_ATTRIBUTES *rattrs);
+VIP_RETURN shm_connect_start(struct vipl_vi *vi, const VIP_NET_ADDRESS *local,
+                             const VIP_NET_ADDRESS *remote);
+VIP_RETURN shm_connect_finish(struct vipl_vi *vi, const struct timespec *deadline,
+                              VIP_VI_ATTRIBUTES *rattrs);
+void shm_connect_abandon(struct vipl_vi *vi);
+bool shm_listen_waiting(struct vipl_nic *nic, const VIP_NET_ADDRESS *local);
 VIP_RETURN shm_disconnect(struct vipl_vi *vi);
 VIP_RETURN shm_share_vi(struct vipl_vi *vi);
 VIP_RETURN shm_nudge_vi(struct vipl_vi *vi);
@@ -422,6 +438,8 @@ struct shm_agent *shm_agent_start(void);
 void shm_agent_stop(struct shm_agent *agent);
 int shm_agent_watch(struct shm_agent *agent, struct shm_vi *vi);
 void shm_agent_unwatch(struct shm_agent *agent, struct shm_vi *vi);
+/* Whether the peer process still runs, by its pidfd (false without one). */
+bool shm_agent_peer_runs(struct shm_agent *agent, const struct shm_peer *peer);
 /* Its epoll set and stop eventfd; up to cap, returns the count. */
 /* In a forked child: a fresh agent watching the NIC's connected VIs. */
 struct shm_agent *shm_agent_after_fork(struct shm_agent *old, struct vipl_nic *nic);

@@ -64,6 +64,17 @@ static bool pidfd_exited(int fd)
     return poll(&p, 1, 0) != 0;
 }
 
+bool shm_agent_peer_runs(struct shm_agent *a, const struct shm_peer *peer)
+{
+    if (a)
+        pthread_mutex_lock(&a->lock); /* the agent moves peer->pidfd into pidw */
+    int fd = peer->pidw ? peer->pidw->fd : peer->pidfd;
+    bool runs = fd >= 0 && !pidfd_exited(fd);
+    if (a)
+        pthread_mutex_unlock(&a->lock);
+    return runs;
+}
+
 static struct shm_pidwatch *pidwatch_find(struct shm_agent *a, const struct shm_pidwatch *w)
 {
     for (size_t i = 0; i < a->npids; i++)

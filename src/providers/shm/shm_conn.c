@@ -38,6 +38,10 @@ struct shm_pending {
     struct shm_msg msg;
     pid_t pid;
     bool foreign; /* another user than we are now */
+    /* The listener it came to, counting it as taken until it is accepted
+     * or refused (shm_listen_waiting), and holding a reference. */
+    struct shm_nic *snic;
+    struct shm_listener *l;
 };
 
 static socklen_t sock_name(struct sockaddr_un *sun, uid_t uid, const uint8_t *disc, uint16_t len)
@@ -593,6 +597,10 @@ VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
         struct shm_pending *pc = NULL;
         int nfds = 0;
         struct shm_arrival a;
+        /* From before it leaves the backlog or the arrivals until it is
+         * accepted or refused, a request counts as taken (no gap in which
+         * shm_listen_waiting would miss it). */
+        atomic_fetch_add(&l->taking, 1);
         for (nfds_t i = 1; i < n && !pc; i++)
             if (pfd[i].revents && arrival_take(l, pfd[i].fd, &a, NULL))
                 pc = read_request(&a, &nfds);
@@ -600,8 +608,15 @@ VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
         if (!pc && (pfd[0].revents & POLLIN) && accept_arrival(snic, l, &a) &&
             !(pc = read_request(&a, &nfds)) && nfds == -ETIMEDOUT)
             arrival_keep(l, &a);
-        if (!pc)
+        if (!pc) {
+            atomic_fetch_sub(&l->taking, 1);
             continue;
+        }
+        pthread_mutex_lock(&snic->lock);
+        l->refs++; /* the pending request's */
+        pthread_mutex_unlock(&snic->lock);
+        pc->snic = snic;
+        pc->l = l;
         conn->token = nfds == 5 ? pc->fds[4] : -1; /* the core's from now on */
         conn->peer_uid = a.uid;
         conn->foreign = a.foreign;
@@ -617,8 +632,38 @@ VIP_RETURN shm_connect_wait(struct vipl_nic *nic, const VIP_NET_ADDRESS *local,
     return r;
 }
 
+/* Requests that reached `local` and that are not answered yet: requesters
+ * in the listening socket's backlog, arrivals whose REQUEST is there to
+ * read (a silent one is not counted), and requests a connect_wait took
+ * and nobody accepted or refused yet. */
+bool shm_listen_waiting(struct vipl_nic *nic, const VIP_NET_ADDRESS *local)
+{
+    struct shm_nic *snic = shm_nic(nic);
+    int err;
+    struct shm_listener *l = listener_get(snic, local, false, false, &err);
+    if (!l)
+        return false;
+    struct pollfd pfd[1 + SHM_ARRIVALS] = {{.fd = l->fd, .events = POLLIN}};
+    nfds_t n = 1;
+    pthread_mutex_lock(&l->alock);
+    for (unsigned i = 0; i < l->narrivals; i++)
+        pfd[n++] = (struct pollfd){.fd = l->arrivals[i].sock, .events = POLLIN};
+    pthread_mutex_unlock(&l->alock);
+    bool waiting = !atomic_load(&l->closed) && (atomic_load(&l->taking) || poll(pfd, n, 0) > 0);
+    listener_put(snic, l);
+    return waiting;
+}
+
+/* Accepted or refused: no longer taken. */
+static void pending_done(struct shm_pending *pc)
+{
+    atomic_fetch_sub(&pc->l->taking, 1);
+    listener_put(pc->snic, pc->l);
+}
+
 static void pending_free(struct shm_pending *pc, bool close_sock)
 {
+    pending_done(pc);
     close_fds(pc->fds, 4);
     if (close_sock)
         VipxFdClose(pc->sock);
@@ -641,6 +686,7 @@ VIP_RETURN shm_connect_accept(struct vipl_conn *conn, struct vipl_vi *cvi)
         pending_free(pc, true);
         return VIP_ERROR_RESOURCE; /* the requester is gone */
     }
+    pending_done(pc);
     VIP_RETURN r = attach_peer(vi, &pc->msg, pc->fds, pc->sock, pc->pid, -1);
     free(pc); /* attach_peer owns the fds and the socket now */
     return r;
@@ -677,11 +723,13 @@ static int dial(const VIP_NET_ADDRESS *remote, uid_t uid)
  * squatter of another user is left before a byte or a descriptor goes);
  * whether the connection is between two users is decided by the
  * listening process's credentials now (shm_cred.c): then our token goes
- * wrapped (shm_token_wrap) and the peer wakes our CQ by name.
+ * wrapped (shm_token_wrap) and the peer wakes our CQ by name. Start sends
+ * the REQUEST; finish takes the listener's answer (the connection thread
+ * of a sovia listener answers without its program: a non-blocking
+ * connect() under sovia run returns in between, docs/PROTOCOL.md).
  */
-VIP_RETURN shm_connect_request(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local,
-                               const VIP_NET_ADDRESS *remote, const struct timespec *deadline,
-                               VIP_VI_ATTRIBUTES *rattrs)
+VIP_RETURN shm_connect_start(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local,
+                             const VIP_NET_ADDRESS *remote)
 {
     struct shm_vi *vi = shm_vi(cvi);
     if (!host_is_local(remote))
@@ -715,28 +763,68 @@ VIP_RETURN shm_connect_request(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local
             VipxFdClose(pidfd);
         return VIP_NO_MATCH;
     }
-    bool relay = m.wake_sock == SHM_WAKE_NAMED;
-    int n = recv_msg(s, &m, fds, deadline);
-    if (n == 4 && m.type == SHM_MSG_ACCEPT && !(foreign && m.wake_sock == SHM_WAKE_SOCKET)) {
-        VIP_RETURN r = attach_peer(vi, &m, fds, s, pid, pidfd);
+    vi->req_open = true;
+    vi->req_sock = s;
+    vi->req_pid = pid;
+    vi->req_pidfd = pidfd;
+    vi->req_relay = m.wake_sock == SHM_WAKE_NAMED;
+    vi->req_foreign = foreign;
+    return VIP_SUCCESS;
+}
+
+void shm_connect_abandon(struct vipl_vi *cvi)
+{
+    struct shm_vi *vi = shm_vi(cvi);
+    if (!vi->req_open)
+        return;
+    vi->req_open = false;
+    if (vi->req_relay)
+        shm_cq_relay(shm_cq(cvi->recv_cq), vi, false);
+    if (vi->req_pidfd >= 0)
+        VipxFdClose(vi->req_pidfd);
+    VipxFdClose(vi->req_sock);
+    vi->req_sock = vi->req_pidfd = -1;
+}
+
+VIP_RETURN shm_connect_finish(struct vipl_vi *cvi, const struct timespec *deadline,
+                              VIP_VI_ATTRIBUTES *rattrs)
+{
+    struct shm_vi *vi = shm_vi(cvi);
+    if (!vi->req_open)
+        return VIP_INVALID_STATE;
+    struct shm_msg m;
+    int fds[5];
+    int n = recv_msg(vi->req_sock, &m, fds, deadline);
+    if (n == -ETIMEDOUT)
+        return VIP_TIMEOUT; /* still pending: the caller waits on, or abandons */
+    if (n == 4 && m.type == SHM_MSG_ACCEPT && !(vi->req_foreign && m.wake_sock == SHM_WAKE_SOCKET)) {
+        int s = vi->req_sock, pidfd = vi->req_pidfd;
+        bool relay = vi->req_relay;
+        vi->req_open = false; /* attach_peer's now */
+        vi->req_sock = vi->req_pidfd = -1;
+        VIP_RETURN r = attach_peer(vi, &m, fds, s, vi->req_pid, pidfd);
         if (r == VIP_SUCCESS)
             *rattrs = shm_attrs_of(&m);
         else if (relay)
             shm_cq_relay(shm_cq(cvi->recv_cq), vi, false);
         return r;
     }
-    if (relay)
-        shm_cq_relay(shm_cq(cvi->recv_cq), vi, false);
-    if (pidfd >= 0)
-        VipxFdClose(pidfd);
     if (n > 0)
         close_fds(fds, n);
-    VipxFdClose(s);
-    if (n == -ETIMEDOUT)
-        return VIP_TIMEOUT;
+    shm_connect_abandon(cvi);
     if (n == -ECONNRESET) /* the listener closed before taking the request */
         return VIP_REJECT;
     return n >= 0 && m.type == SHM_MSG_REJECT ? VIP_REJECT : VIP_ERROR_RESOURCE;
+}
+
+VIP_RETURN shm_connect_request(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local,
+                               const VIP_NET_ADDRESS *remote, const struct timespec *deadline,
+                               VIP_VI_ATTRIBUTES *rattrs)
+{
+    VIP_RETURN r = shm_connect_start(cvi, local, remote);
+    if (r == VIP_SUCCESS && (r = shm_connect_finish(cvi, deadline, rattrs)) == VIP_TIMEOUT)
+        shm_connect_abandon(cvi);
+    return r;
 }
 
 void shm_conn_notify(struct shm_peer *peer, enum shm_msg_type type)

@@ -30,7 +30,7 @@
 
 #define SHM_LINE 64
 #define SHM_MAGIC 0x53564941u /* "SVIA" */
-#define SHM_VERSION 2u
+#define SHM_VERSION 3u /* 3: export entries name memory outside the arena (flags) */
 #define SHM_POST_SEGS 6
 #define SHM_INLINE_MAX 32
 #define SHM_MAX_DEPTH 4096
@@ -91,12 +91,17 @@ struct shm_post { /* one line: where the sender may put message s */
     } seg[SHM_POST_SEGS];
 };
 
+/* The region is the owner's own memory, outside its arena: the writer
+ * reaches it by cross-memory attach (process_vm_writev), not through rx. */
+#define SHM_EXPORT_XMEM 1u
+
 struct shm_reg_export { /* a region the peer may RDMA-write */
     _Atomic uint32_t handle; /* 0: empty */
     uint32_t len;
     uint64_t base; /* the owner's virtual address of the region */
-    uint32_t rx_off;
-    uint32_t reserved[3];
+    uint32_t rx_off; /* in rx (0 with SHM_EXPORT_XMEM) */
+    uint32_t flags;  /* SHM_EXPORT_* */
+    uint32_t reserved[2];
 };
 
 struct shm_ctl {

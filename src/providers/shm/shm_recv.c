@@ -8,8 +8,47 @@
  * posted, and completes the descriptor.
  */
 #include <string.h>
+#include <sys/mman.h>
 
 #include "shm.h"
+
+/* A staging area this large (a deep queue of long receives in the
+ * consumer's memory) gives the pages it has copied out of back to the
+ * kernel, a chunk at a time, so that memory follows what is in flight
+ * rather than the ring's size. Smaller ones keep theirs: a page given back
+ * is faulted in again by the sender on the ring's next lap. */
+#define STAGING_RELEASE_MIN (64u << 20)
+#define STAGING_RELEASE_CHUNK (8u << 20)
+
+static void release_pages(struct shm_vi *vi, uint64_t from, uint64_t to)
+{
+    size_t page = shm_nic(vi->core.nic)->page;
+    uint8_t *base = (uint8_t *)vi->rx + vi->staging_off;
+    while (from < to) {
+        uint64_t pos = from % vi->staging_len, n = to - from;
+        if (n > vi->staging_len - pos)
+            n = vi->staging_len - pos; /* up to the ring's wrap */
+        uintptr_t a = ((uintptr_t)(base + pos) + page - 1) & ~(uintptr_t)(page - 1);
+        uintptr_t b = (uintptr_t)(base + pos + n) & ~(uintptr_t)(page - 1);
+        if (a < b)
+            (void)madvise((void *)a, b - a, MADV_REMOVE); /* a hint: failure costs memory only */
+        from += n;
+    }
+}
+
+/* Caller holds rq_lock. Only bytes no reservation holds: behind
+ * staging_free, and not yet handed out again on the ring's next lap. */
+static void staging_release(struct shm_vi *vi)
+{
+    if (vi->staging_len < STAGING_RELEASE_MIN ||
+        vi->staging_free - vi->staging_released < STAGING_RELEASE_CHUNK)
+        return;
+    uint64_t from = vi->staging_released, lap = vi->staging_alloc - vi->staging_len;
+    if (vi->staging_alloc > vi->staging_len && from < lap)
+        from = lap;
+    release_pages(vi, from, vi->staging_free);
+    vi->staging_released = vi->staging_free;
+}
 
 /* FIFO byte ring: receives complete in order, so reservations free in order. */
 static bool staging_reserve(struct shm_vi *vi, uint32_t len, uint32_t *off, uint32_t *bytes)
@@ -132,10 +171,11 @@ static uint32_t take_completion(struct shm_vi *vi, struct shm_rq_entry *e,
     }
     if (op == VIP_STATUS_OP_RECEIVE)
         ok = ok && len <= e->total && (ilen == 0 || (ilen == len && len <= SHM_INLINE_MAX));
-    else /* an RDMA write's data is already in place: in our arena, the only
-          * memory a peer may write to, and only if this VI allows it */
-        ok = ok && ilen == 0 && vi->core.attrs.EnableRdmaWrite && vi->arena &&
-             len <= vi->arena_len;
+    else /* an RDMA write's data is already in place (in our arena, or in a
+          * region of ours the peer's cross-memory attach wrote), and only if
+          * this VI allows it */
+        ok = ok && ilen == 0 && vi->core.attrs.EnableRdmaWrite &&
+             len <= vi->core.attrs.MaxTransferSize;
     if (!ok) {
         vi->stats.PeerProtocolErrors++;
         *fail = VIP_ERROR_CONN_LOST;
@@ -202,6 +242,7 @@ VIP_RETURN shm_recv_done(struct vipl_vi *cvi, VIP_DESCRIPTOR **out)
     }
     VIP_DESCRIPTOR *desc = e->desc;
     vi->staging_free += e->staging_bytes;
+    staging_release(vi);
     __atomic_store_n(&vi->rq_head, head + 1, __ATOMIC_RELAXED);
     shm_unlock(&vi->rq_lock);
 
@@ -223,7 +264,7 @@ void shm_rq_flush_all(struct shm_vi *vi)
     atomic_store_explicit(&vi->flush_upto, tail, memory_order_relaxed);
     for (uint32_t i = vi->rq_head; i != tail; i++)
         vi->rq[i & vi->mask].staging_bytes = 0;
-    vi->staging_alloc = vi->staging_free = 0;
+    vi->staging_alloc = vi->staging_free = vi->staging_released = 0;
     vi->rq_published = 0;
     shm_unlock(&vi->rq_lock);
 }

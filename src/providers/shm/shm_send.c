@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "shm.h"
 
@@ -159,10 +160,35 @@ static bool find_export(const struct shm_peer *p, VIP_MEM_HANDLE h, struct shm_r
         out->len = regs[i].len;
         out->base = regs[i].base;
         out->rx_off = regs[i].rx_off;
+        out->flags = regs[i].flags;
         /* Seqlock-style re-check: a change while copying means "not found". */
         return atomic_load_explicit(&regs[i].handle, memory_order_acquire) == h;
     }
     return false;
+}
+
+/*
+ * Writes into a region of the peer process's own memory (SHM_EXPORT_XMEM)
+ * with one process_vm_writev: the kernel allows it where we could ptrace
+ * the peer (same user, dumpable, Yama's ptrace_scope 0 or 1 with the peer
+ * our descendant), and refuses it otherwise (EPERM) before any byte moves.
+ * Only the range the peer exported, checked by the caller, is written.
+ * The peer is named by pid: its pidfd must say it still runs, so that a
+ * pid the kernel gave to another process after the peer died (possible
+ * once it was reaped, before our agent saw the death) is never written.
+ */
+static bool xmem_write(struct shm_vi *vi, const struct shm_peer *p, uint64_t addr,
+                       const struct vipl_wr *wr)
+{
+    struct iovec local[VIPL_MAX_SEGS];
+    struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = wr->total};
+    for (uint32_t i = 0; i < wr->nsge; i++)
+        local[i] = (struct iovec){.iov_base = wr->sge[i].addr, .iov_len = wr->sge[i].len};
+    if (wr->total == 0)
+        return true;
+    if (!shm_agent_peer_runs(shm_nic(vi->core.nic)->agent, p))
+        return false;
+    return process_vm_writev(p->pid, local, wr->nsge, &remote, 1, 0) == (ssize_t)wr->total;
 }
 
 static uint32_t rdma_write(struct shm_vi *vi, const struct vipl_wr *wr, int *fail)
@@ -172,9 +198,11 @@ static uint32_t rdma_write(struct shm_vi *vi, const struct vipl_wr *wr, int *fai
     uint64_t a = wr->remote_addr, off = 0;
     bool ok = p->attrs.EnableRdmaWrite && find_export(p, wr->remote_handle, &x) &&
               a >= x.base && wr->total <= x.len && a - x.base <= x.len - wr->total;
-    if (ok) {
+    bool xmem = ok && x.flags == SHM_EXPORT_XMEM;
+    if (ok && !xmem) {
         off = (uint64_t)x.rx_off + (a - x.base);
-        ok = x.rx_off >= p->data_off && off <= p->rx_size && wr->total <= p->rx_size - off;
+        ok = x.flags == 0 && x.rx_off >= p->data_off && off <= p->rx_size &&
+             wr->total <= p->rx_size - off;
     }
     if (!ok) {
         if (vipl_vi_reliable(&vi->core))
@@ -189,7 +217,15 @@ static uint32_t rdma_write(struct shm_vi *vi, const struct vipl_wr *wr, int *fai
         if (rc)
             return protocol_error(vi, fail);
     }
-    gather((uint8_t *)p->rx + off, wr);
+    if (xmem) {
+        if (!xmem_write(vi, p, a, wr)) { /* refused: nothing written (or the peer unmapped it) */
+            if (vipl_vi_reliable(&vi->core))
+                *fail = VIP_ERROR_RDMAW_PROT;
+            return VIP_STATUS_RDMA_PROT_ERROR;
+        }
+    } else {
+        gather((uint8_t *)p->rx + off, wr);
+    }
     if (wr->immediate)
         complete_slot(p, VIP_STATUS_OP_REMOTE_RDMA_WRITE | VIP_STATUS_IMMEDIATE,
                       (uint32_t)wr->total, wr->imm, 0);

@@ -108,7 +108,7 @@ VIP_RETURN shm_vi_sync_load(struct vipl_vi *cvi, const VIPX_STATE *st)
         atomic_store_explicit(&vi->rq_tail, head, memory_order_relaxed);
         atomic_store_explicit(&vi->flush_upto, head, memory_order_relaxed);
         vi->cq_reported = head;
-        vi->staging_alloc = vi->staging_free = 0;
+        vi->staging_alloc = vi->staging_free = vi->staging_released = 0;
         vi->rq_published = s.rq_published;
         vi->import_next = s.first_sidx;
         vi->import_left = s.nposted;

@@ -1,10 +1,14 @@
 /* shm_vi.c - VI creation and teardown, the RDMA-write export table. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "shm.h"
 
-#define DEFAULT_DEPTH 256u
+/* VipCreateVi's VIs hold what VipQueryNic promises (MaxDescriptorsPerQueue):
+ * a VIA program pre-posts rings of hundreds of receives. The queues' shared
+ * slots are sparse memfd pages, touched only as far as the ring is used. */
+#define DEFAULT_DEPTH SHM_MAX_DEPTH
 
 static uint32_t pow2_at_least(uint64_t n)
 {
@@ -14,35 +18,64 @@ static uint32_t pow2_at_least(uint64_t n)
     return p;
 }
 
-static uint32_t default_staging(VIP_ULONG max_transfer)
+static uint64_t line_up(uint64_t n)
 {
-    uint64_t s = 2 * (uint64_t)max_transfer;
+    return (n + SHM_LINE - 1) & ~(uint64_t)(SHM_LINE - 1);
+}
+
+/*
+ * The default staging area holds a full queue of receives of the VI's
+ * MaxTransferSize posted outside the arena (the consumer's own memory), plus
+ * one more for the ring's wrap-around waste, so such a receive is never
+ * refused for room: the memfd is sparse, and the receiver returns the pages
+ * it has copied out of (shm_recv.c), so memory follows what is in flight.
+ * Capped where the rx segment would pass SHM_MAX_SEGMENT (its offsets are 32
+ * bits): docs/VIPL.md states that limit.
+ */
+static uint64_t default_staging(const struct shm_vi *vi, VIP_ULONG max_transfer, size_t page)
+{
+    uint64_t s = ((uint64_t)vi->depth + 1) * line_up(max_transfer);
+    uint64_t fixed = shm_ctl_size(vi->depth, SHM_REG_SLOTS, page) + 2 * page +
+                     sizeof(struct shm_rx) + (uint64_t)vi->depth * sizeof(struct shm_cmpl) +
+                     ((vi->arena_len + page - 1) & ~(uint64_t)(page - 1));
+    uint64_t cap = SHM_MAX_SEGMENT > fixed ? (SHM_MAX_SEGMENT - fixed) & ~(uint64_t)(page - 1) : 0;
     if (s < 64 * 1024)
         s = 64 * 1024;
-    if (s > 8 * 1024 * 1024)
-        s = 8 * 1024 * 1024;
-    return (uint32_t)s;
+    return s < cap ? s : cap;
 }
 
 VIP_RETURN shm_create_vi(struct vipl_vi *cvi, const VIPX_VI_CONFIG *cfg)
 {
     struct shm_vi *vi = shm_vi(cvi);
     uint64_t depth = cfg->QueueDepth ? cfg->QueueDepth : DEFAULT_DEPTH;
-    uint64_t staging = cfg->StagingBytes ? cfg->StagingBytes
-                                         : default_staging(cvi->attrs.MaxTransferSize);
-    if (depth > SHM_MAX_DEPTH || staging > 64u * 1024 * 1024 ||
+    if (depth > SHM_MAX_DEPTH || (cfg->StagingBytes && cfg->StagingBytes > 64u * 1024 * 1024) ||
         cfg->ArenaBytes > SHM_MAX_SEGMENT / 2)
         return VIP_INVALID_PARAMETER;
     vi->depth = pow2_at_least(depth);
     vi->mask = vi->depth - 1;
-    vi->staging_len = (uint32_t)((staging + SHM_LINE - 1) & ~(uint64_t)(SHM_LINE - 1));
     vi->arena_len = (uint32_t)cfg->ArenaBytes;
+    uint64_t staging = cfg->StagingBytes ? cfg->StagingBytes
+                                         : default_staging(vi, cvi->attrs.MaxTransferSize,
+                                                           shm_nic(cvi->nic)->page);
+    vi->staging_len = (uint32_t)line_up(staging);
     vi->inheritable = cfg->Flags & VIPX_VI_INHERITABLE;
     vi->no_export = false;
     vi->ctl_fd = vi->rx_fd = -1;
     vi->rq = calloc(vi->depth, sizeof(*vi->rq));
     vi->sq = calloc(vi->depth, sizeof(*vi->sq));
-    if (!vi->rq || !vi->sq || shm_vi_segments_create(vi) != 0)
+    int err = vi->rq && vi->sq ? shm_vi_segments_create(vi) : -ENOMEM;
+    if (err && !cfg->StagingBytes) {
+        /* A process whose RLIMIT_FSIZE or address space cannot take the
+         * full area still gets a VI, with room for 2 x MaxTransferSize of
+         * such receives (what every VI had before). */
+        uint64_t small = 2 * line_up(cvi->attrs.MaxTransferSize);
+        small = small < 64 * 1024 ? 64 * 1024 : small > 8u << 20 ? 8u << 20 : small;
+        if (small < vi->staging_len) {
+            vi->staging_len = (uint32_t)small;
+            err = shm_vi_segments_create(vi);
+        }
+    }
+    if (err)
         goto fail;
     if (cvi->recv_cq && shm_cq_attach(shm_cq(cvi->recv_cq), vi) != 0)
         goto fail;
@@ -57,6 +90,7 @@ fail:
 void shm_destroy_vi(struct vipl_vi *cvi)
 {
     struct shm_vi *vi = shm_vi(cvi);
+    shm_connect_abandon(cvi); /* a request still unanswered */
     if (cvi->recv_cq)
         shm_cq_detach(shm_cq(cvi->recv_cq), vi);
     if (cvi->send_cq && cvi->send_cq != cvi->recv_cq)
@@ -120,27 +154,29 @@ bool shm_vi_recv_ready(struct shm_vi *vi, uint32_t idx)
 
 /*
  * Rewrites the table of our regions the peer may RDMA-write: regions with
- * EnableRdmaWrite and the VI's ptag that lie inside the VI's arena (the only
- * memory the peer has mapped). Caller holds the NIC lock.
+ * EnableRdmaWrite and the VI's ptag. One inside the VI's arena (mapped by
+ * the peer) is named by its rx offset; any other by its address, for the
+ * writer's cross-memory attach (shm_send.c). Caller holds the NIC lock.
  */
 void shm_vi_export_regs(struct shm_vi *vi)
 {
     struct vipl_nic *nic = vi->core.nic;
     struct shm_reg_export *regs = shm_ctl_regs(vi->ctl, vi->depth);
     uint32_t n = 0;
-    uintptr_t arena = (uintptr_t)vi->arena;
-    for (uint32_t idx = 1; vi->arena && vi->core.attrs.EnableRdmaWrite && idx <= nic->mr_next &&
+    uint32_t off;
+    for (uint32_t idx = 1; vi->core.attrs.EnableRdmaWrite && idx <= nic->mr_next &&
                            n < SHM_REG_SLOTS;
          idx++) {
         struct vipl_mr *mr = &nic->mrs[idx];
         uint32_t h = atomic_load(&mr->handle);
-        if (!h || !mr->rdma_write || mr->ptag != vi->core.ptag || mr->base < arena ||
-            mr->len > vi->arena_len || mr->base - arena > vi->arena_len - mr->len)
+        if (!h || !mr->rdma_write || mr->ptag != vi->core.ptag || mr->len > UINT32_MAX)
             continue;
+        bool in_arena = shm_arena_offset(vi, (const void *)mr->base, (uint32_t)mr->len, &off);
         atomic_store_explicit(&regs[n].handle, 0, memory_order_release);
         regs[n].len = (uint32_t)mr->len;
         regs[n].base = mr->base;
-        regs[n].rx_off = vi->arena_off + (uint32_t)(mr->base - arena);
+        regs[n].rx_off = in_arena ? off : 0;
+        regs[n].flags = in_arena ? 0 : SHM_EXPORT_XMEM;
         atomic_store_explicit(&regs[n].handle, h, memory_order_release);
         n++;
     }

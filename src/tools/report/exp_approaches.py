@@ -13,9 +13,10 @@ user-level communication, and the VIPL baselines, measured the same way.
   the peer socket's receive queue (bpf_msg_redirect_hash, BPF_F_INGRESS).
   The kernel's sockets layer without TCP/IP, as the paper's KSOVIA (a kernel
   module over VIA) was; blocking, unpinned (src/ksock/, `sovia ksock`);
-- LANE (the paper's LANEVI: kernel TCP/IP over an emulated NIC): measured
-  when `sovia bench` has a `lane` transport (issue 22 item 1), absent
-  otherwise. Beside them, two kernel data points: `tcp` (kernel TCP/IP over
+- LANE (the paper's LANEVI: kernel TCP/IP over an emulated NIC): `lane`,
+  kernel TCP between two namespaces of the run's own whose TUN devices a
+  VI joins, one IP frame (up to 64 KB) per message (src/lane/,
+  docs/LANE.md); blocking, unpinned. Beside them, two kernel data points: `tcp` (kernel TCP/IP over
   the loopback device, itself a software NIC: the nearest to LANE here) and
   `uds` (an AF_UNIX stream: a kernel sockets layer with no protocol at all).
 
@@ -140,8 +141,8 @@ def _measure(mode, store):
              "lat_runs": {s: store.runs(lk[s], LAT_F) for s in lat_sizes},
              "bw_runs": {s: store.runs(bk[s], BW_F) for s in _bw_sizes(mode)}}
         if not any(store.results(k) for k in [*lk.values(), *bk.values()]):
-            m["absent"] = ("`sovia bench` has no lane transport (issue 22 item 1 is "
-                           "another branch)" if t == "lane" else "not measured")
+            m["absent"] = ("this `sovia bench` has no lane transport" if t == "lane"
+                           else "not measured")
         else:
             why = _unavailable(store, [*lk.values(), *bk.values()])
             if why and all(v is None for v in [*m["lat"].values(), *m["bw"].values()]):

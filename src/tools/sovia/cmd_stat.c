@@ -24,10 +24,11 @@
 #define ACCEPTCON 0x00010000u        /* __SO_ACCEPTCON in /proc/net/unix: listening */
 #define MAX_ANSWER (64u << 20)       /* bytes read from one process at most */
 #define TIMEOUT_S 2                  /* per process: connect and read */
-#define NFIELDS 13
+#define NFIELDS 14
+#define NREQUIRED 13 /* an older library's answer has no provider */
 
 enum { F_FD, F_LOCAL, F_PEER, F_STATE, F_TXB, F_RXB, F_TXP, F_RXP, F_WINDOW, F_CREDITS, F_WAIT,
-       F_HANDLING, F_MODE };
+       F_HANDLING, F_MODE, F_PROVIDER };
 
 struct row {
     long pid;
@@ -219,8 +220,10 @@ static void parse_answer(struct rows *r, long pid, const char *comm, char *buf)
             if (p)
                 *p++ = '\0';
         }
-        if (k < NFIELDS)
+        if (k < NREQUIRED)
             continue;
+        if (k < NFIELDS)
+            row.f[F_PROVIDER] = "?";
         static const int numeric[] = {F_FD, F_TXB, F_RXB, F_TXP, F_RXP, F_WINDOW, F_CREDITS};
         bool ok = true;
         for (size_t i = 0; i < sizeof(numeric) / sizeof(numeric[0]); i++)
@@ -288,18 +291,21 @@ static void print_json(const struct rows *r)
         json_string(f[F_WAIT]);
         printf(", \"handling\": ");
         json_string(f[F_HANDLING]);
-        printf(", \"transparent\": %s}%s\n", strcmp(f[F_MODE], "run") == 0 ? "true" : "false",
-               i + 1 < r->n ? "," : "");
+        printf(", \"transparent\": %s, \"provider\": ",
+               strcmp(f[F_MODE], "run") == 0 ? "true" : "false");
+        json_string(f[F_PROVIDER]);
+        printf("}%s\n", i + 1 < r->n ? "," : "");
     }
     printf("]\n");
 }
 
 enum { C_PID, C_COMMAND, C_FD, C_LOCAL, C_PEER, C_STATE, C_TXB, C_RXB, C_TXP, C_RXP, C_WINDOW,
-       C_WAIT, NCOLS };
+       C_WAIT, C_PROVIDER, NCOLS };
 
 static const char *const headers[NCOLS] = {"PID",      "COMMAND",  "FD",      "LOCAL",
                                            "PEER",     "STATE",    "TX-BYTES", "RX-BYTES",
-                                           "TX-PKTS",  "RX-PKTS",  "WINDOW",  "WAIT"};
+                                           "TX-PKTS",  "RX-PKTS",  "WINDOW",  "WAIT",
+                                           "PROVIDER"};
 static const bool right[NCOLS] = {[C_PID] = true, [C_FD] = true,  [C_TXB] = true,
                                   [C_RXB] = true, [C_TXP] = true, [C_RXP] = true,
                                   [C_WINDOW] = true};
@@ -326,6 +332,7 @@ static void cells(const struct row *row, const char *cell[NCOLS], char pid[24], 
     cell[C_RXP] = row->f[F_RXP];
     cell[C_WINDOW] = window;
     cell[C_WAIT] = row->f[F_WAIT];
+    cell[C_PROVIDER] = row->f[F_PROVIDER];
 }
 
 static void print_line(const char *const cell[NCOLS], const size_t width[NCOLS])

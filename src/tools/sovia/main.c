@@ -17,6 +17,7 @@ static const struct sovia_command commands[] = {
     {"env", "print the shell settings that run every program under sovia", cmd_env},
     {"stat", "list your live sovia connections (like ss)", cmd_stat},
     {"ksock", "run a program with KSOVIA: BPF carries its loopback TCP past TCP/IP", cmd_ksock},
+    {"lane", "IP over VI: kernel TCP/IP between two network namespaces over a VI", cmd_lane},
     {"report", "run the papers' experiments; write REPORT.md, plots, results.json", cmd_report},
 };
 
