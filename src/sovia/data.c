@@ -537,15 +537,25 @@ int sov_wait(struct sov_sock *s, uint64_t *spun_since)
 
 /* ---- Sending ---------------------------------------------------------------- */
 
+
+/* The stream leaves the VI (the peer's REQUEST came, or another thread of
+ * ours moves it): no DATA may follow on the VI, whatever credits the
+ * move brings (the peer's ACKs for what we give back, or for its bytes it
+ * gives back). A send that finds it so, before or after a wait, goes on
+ * where the stream goes (send_moved). */
+static bool leaving_vi(const struct sov_conn *c)
+{
+    return c->peer_mig || sov_mig_ours_moving(c);
+}
 /* Waits for the window to open. 0, -EAGAIN, -EINTR, -ECONNRESET, -EBADF. */
 static int wait_credit(struct sov_sock *s, bool nonblock)
 {
     struct sov_conn *c = s->conn;
     uint64_t spun = 0;
     bool stalled = false;
-    while (c->credits == 0) {
+    while (c->credits == 0 && !leaving_vi(c)) {
         sov_progress(s);
-        if (c->credits)
+        if (c->credits || leaving_vi(c))
             break;
         /* After the progress: it may have found the end (a sleep now would
          * wait for a wake-up that already came). */
@@ -629,8 +639,11 @@ int sov_flush(struct sov_sock *s, bool may_block)
     if (rc)
         return rc;
     c = s->conn;
-    if (c->clen == 0)
-        return 0; /* another thread flushed it while we waited for credit */
+    /* Another thread flushed it while we waited for credit, or the stream
+     * left the VI: its combined bytes went to the kernel's share then
+     * (migrate.c, owe_combined). */
+    if (c->clen == 0 || leaving_vi(c))
+        return 0;
     rc = sov_post_packet(c, PKT_DATA, c->cbuf, (uint32_t)c->clen, c->cbuf_mh);
     if (rc)
         return rc;
@@ -719,6 +732,29 @@ static ssize_t send_next(struct sov_conn *c, struct cursor *u)
 
 static ssize_t send_urgent(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags);
 
+/* The stream left the VI during the call, after `sent` bytes went there:
+ * the rest follows it. Behind a peer that leaves, it goes to the kernel
+ * socket once what is owed there went (sov_mig_send), so a blocking send
+ * still sends all, as TCP's. While another thread of ours moves it, it
+ * waits for that; a send that already sent some returns that much, and
+ * the program's next call goes to the kernel socket. */
+static ssize_t send_moved(struct sov_sock *s, const struct cursor *u, int flags, size_t sent)
+{
+    bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
+    sov_sends_out(s->conn); /* what went, all handed to the provider */
+    if (!s->conn->peer_mig)
+        return sent ? (ssize_t)sent : sov_mig_wait_ours(s, nonblock);
+    struct iovec rest[u->n - u->k];
+    int n = 0;
+    rest[n++] = (struct iovec){(void *)cur_ptr(u), cur_avail(u)};
+    for (int k = u->k + 1; k < u->n; k++)
+        rest[n++] = u->iov[k];
+    ssize_t r = sov_mig_send(s, rest, n, flags);
+    if (r < 0)
+        return sent ? (ssize_t)sent : r; /* the error shows on the next call */
+    return (ssize_t)sent + r;
+}
+
 ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags)
 {
     if (s->kind == SK_CONNECTING)
@@ -743,6 +779,8 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
     size_t sent = 0;
     while (u.k < u.n) {
         struct sov_conn *c = s->conn;
+        if (leaving_vi(c)) /* it left the VI while we waited (wait_credit) */
+            return send_moved(s, &u, flags, sent);
         /* Not for a shared connection: combined bytes would wait in this
          * process's buffer, out of the other holders' sight. */
         bool combine = c->cfg.combine && !s->nodelay && !c->rec;
@@ -752,6 +790,8 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
         if (combine && a < c->cfg.copy_threshold) {
             if (c->clen + a > c->send_mtu)
                 rc = sov_flush(s, !nonblock); /* condition (2): no room */
+            if (rc == 0 && leaving_vi(s->conn))
+                continue;
             if (rc == 0) {
                 c = s->conn;
                 if (c->clen == 0)
@@ -769,6 +809,8 @@ ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
             c = s->conn;
             if (rc == 0 && (c->credits == 0 || c->reset))
                 rc = wait_credit(s, nonblock);
+            if (rc == 0 && leaving_vi(s->conn))
+                continue;
             if (rc == 0) {
                 n = send_next(s->conn, &u);
                 rc = n < 0 ? (int)n : 0;
@@ -821,6 +863,10 @@ static ssize_t send_urgent(struct sov_sock *s, const struct iovec *iov, int iovc
     if (rc == 0)
         rc = wait_credit(s, nonblock);
     struct sov_conn *c = s->conn;
+    if (rc == 0 && leaving_vi(c)) { /* the urgent byte follows the stream */
+        struct cursor u = {&iov[last], 1, 0, head[last].iov_len};
+        return send_moved(s, &u, flags | MSG_OOB, (size_t)n);
+    }
     if (rc == 0) {
         uint8_t *b = sov_stage(c);
         b[0] = urgent;
