@@ -15,6 +15,7 @@ Measured numbers are printed to stderr (`ctest -V` shows them); tests never
 check performance.
 """
 import argparse
+import ctypes
 import errno
 import json
 import os
@@ -113,6 +114,19 @@ def listening(port):
     return False
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent=os.getpid()):
+    """In the child before exec: killed when the test process goes, however
+    it goes (ctest's timeout kills it alone; busy loops and servers it left
+    ran on and loaded the machine)."""
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def busy_load(tc, n=None):
     """n busy processes (default: one per CPU) for the rest of the case, so
     that the programs run with more busy processes than CPUs (issue 16);
@@ -172,7 +186,8 @@ class Proc:
         self.cmd = cmd
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                      env=e, cwd=tc.tmp, start_new_session=True)
+                                      env=e, cwd=tc.tmp, start_new_session=True,
+                                      preexec_fn=_die_with_parent)
         self.pid = self.p.pid
         self.rc = None
         self.stack = None
