@@ -72,7 +72,7 @@ static void *libc_loop_new(int cap)
 
 static int libc_ctl(void *l, int op, int fd, uint32_t token, bool out)
 {
-    struct epoll_event ev = {.events = EPOLLIN | (out ? EPOLLOUT : 0), .data.u32 = token};
+    struct epoll_event ev = {.events = EPOLLIN | (out ? EPOLLOUT : 0), .data.u64 = token};
     return epoll_ctl(*(int *)l, op, fd, &ev);
 }
 
@@ -93,18 +93,25 @@ static int libc_loop_del(void *l, int fd)
 
 #define BATCH 64
 
-static int libc_loop_wait(void *l, struct rr_event *out, int max, int timeout_ms)
+/* One epoll_wait into ev[] and out[] (the token: the data's low 32 bits). */
+static int wait_events(void *l, struct epoll_event *ev, struct rr_event *out, int max,
+                       int timeout_ms)
 {
-    struct epoll_event ev[BATCH];
     int n = epoll_wait(*(int *)l, ev, max < BATCH ? max : BATCH, timeout_ms);
 
     for (int i = 0; i < n; i++) {
-        out[i].token = ev[i].data.u32;
+        out[i].token = (uint32_t)ev[i].data.u64;
         out[i].in = ev[i].events & EPOLLIN;
         out[i].out = ev[i].events & EPOLLOUT;
         out[i].err = ev[i].events & (EPOLLERR | EPOLLHUP);
     }
     return n;
+}
+
+static int libc_loop_wait(void *l, struct rr_event *out, int max, int timeout_ms)
+{
+    struct epoll_event ev[BATCH];
+    return wait_events(l, ev, out, max, timeout_ms);
 }
 
 static void libc_loop_free(void *l)
@@ -159,15 +166,11 @@ static int oneshot_want_out(void *l, int fd, uint32_t token, bool out)
 static int oneshot_wait(void *l, struct rr_event *out, int max, int timeout_ms)
 {
     struct epoll_event ev[BATCH];
-    int n = epoll_wait(*(int *)l, ev, max < BATCH ? max : BATCH, timeout_ms);
+    int n = wait_events(l, ev, out, max, timeout_ms);
 
     for (int i = 0; i < n; i++) {
         uint64_t d = ev[i].data.u64;
         int fd = (int)(uint32_t)(d >> 32 & 0x7fffffffu);
-        out[i].token = (uint32_t)d;
-        out[i].in = ev[i].events & EPOLLIN;
-        out[i].out = ev[i].events & EPOLLOUT;
-        out[i].err = ev[i].events & (EPOLLERR | EPOLLHUP);
         /* Re-armed before the caller handles it: an event that comes
          * meanwhile is reported by the next wait, none is lost. */
         if (!out[i].err && oneshot_ctl(l, EPOLL_CTL_MOD, fd, out[i].token, d & ONESHOT_OUT) != 0)
