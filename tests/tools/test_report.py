@@ -118,6 +118,16 @@ class Report(unittest.TestCase):
         self.assertEqual(set(comps), {"socket", "socket_blocking", "kernel_services",
                                       "kernel_sockets", "tcpip"})
         self.assertEqual(d["paper"]["overhead"]["kernel_services"], 9.6)
+        # Table 3 exactly as the paper computed it (ksovia and lane may be
+        # refused here: then their rows are None, never missing).
+        ov = d["overheads"]
+        for k in ("socket_implementation_us", "kernel_services_us",
+                  "kernel_level_implementation_us", "tcpip_processing_us"):
+            self.assertIn(k, ov)
+            self.assertEqual(ov["rounds"][k], 0 if ov[k] is None else 1)
+        self.assertTrue(isinstance(ov["kernel_services_us"], float), ov)
+        self.assertEqual(ov["calculated_from"]["tcpip_processing_us"], "LANEVI - KSOVIA")
+        self.assertIn("Table 3 as the paper computed it", md)
         for name in d["plots"]:
             with open(os.path.join(out, name), "rb") as f:
                 self.assertEqual(f.read(8), PNG_MAGIC, name)

@@ -69,12 +69,16 @@ class Store:
                 vals.append(a[fld_a] / b[fld_b])
         return statistics.median(vals) if vals else None
 
-    def diff(self, key_a, fld, key_b):
-        """Median over rounds of a - b, pairing the runs of each round."""
+    def diffs(self, key_a, fld, key_b):
+        """a - b in every round where both ran, pairing the runs of each round."""
         ra, rb = self.rounds.get(key_a, {}), self.rounds.get(key_b, {})
-        vals = [ra[i][fld] - rb[i][fld] for i in sorted(set(ra) & set(rb))
+        return [ra[i][fld] - rb[i][fld] for i in sorted(set(ra) & set(rb))
                 if isinstance(ra[i], dict) and isinstance(rb[i], dict)
                 and fld in ra[i] and fld in rb[i]]
+
+    def diff(self, key_a, fld, key_b):
+        """Median over rounds of a - b, pairing the runs of each round."""
+        vals = self.diffs(key_a, fld, key_b)
         return statistics.median(vals) if vals else None
 
     def dump(self):
