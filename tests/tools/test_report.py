@@ -224,6 +224,25 @@ class Report(unittest.TestCase):
         self.assertEqual(rc, 2, err)
         self.assertFalse(os.path.exists(os.path.join(out, "REPORT.md")))
 
+    def test_model_regimes(self):
+        """Eq. 8 fitted per regime: a curve whose cost per byte steps between
+        1 and 4 KiB (as memcpy's here) fits each regime exactly and the whole
+        range badly; a regime with fewer than two sizes has no fit."""
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                        "..", "..", "src", "tools"))
+        from report import exp_model
+        small = [(L, L / ((0.001 * L + 0.2) * exp_model.BYTES_PER_US)) for L in (4, 64, 256, 1024)]
+        large = [(L, L / ((0.00005 * L + 2.0) * exp_model.BYTES_PER_US))
+                 for L in (4096, 16384, 65536)]
+        whole = exp_model.fit(small + large)
+        self.assertGreater(whole["rms_rel_error"], 0.10)
+        for (name, lo, hi), pts, alpha in zip(exp_model.REGIMES, (small, large), (0.001, 0.00005)):
+            f = exp_model.fit([(L, g) for L, g in small + large if lo <= L <= hi])
+            self.assertLess(f["rms_rel_error"], 1e-9, name)
+            self.assertAlmostEqual(f["alpha_us_per_byte"], alpha, places=9)
+            self.assertEqual(f["points"], len(pts))
+        self.assertIsNone(exp_model.fit([(4096, 1.0)]))
+
     def test_list(self):
         p = subprocess.run([SOVIA, "report", "--list"], capture_output=True, text=True,
                            timeout=TIMEOUT)
