@@ -18,6 +18,7 @@ usage: test_ftp.py --sovia /path/to/sovia [unittest args]
 Needs root and a private mount namespace (unshare -m); skipped (77) without.
 """
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -192,6 +193,29 @@ class FtpAbort(pt.ProgramCase):
             self.assertIsNotNone(rec, ctx)
             self.assertEqual(rec["carried"], 2, f"control and data carried: {rec}" + ctx)
         pt.report(f"ftp abort {mode} {scenario}: {res.wall:.2f} s for the session")
+
+
+class FtpKsovia(pt.ProgramCase):
+    """The report's KSOVIA row (seed 003 Table 4): `ftp_run.py bench
+    --transports ksovia` runs the kernel TCP gets under `sovia ksock`; its
+    row says the BPF path redirected the file's bytes (carried). Skipped
+    where `sovia ksock --check` says KSOVIA cannot run here."""
+
+    def test_bench_ksovia(self):
+        chk = subprocess.run([pt.SOVIA, "ksock", "--check"], capture_output=True, text=True,
+                             timeout=60)
+        if chk.returncode != 0:
+            self.skipTest(f"KSOVIA unavailable here: {chk.stderr.strip()}")
+        p = subprocess.run([sys.executable, ftp_run.__file__, "bench", "--sovia", pt.SOVIA,
+                            "--sizes", "4M", "--transports", "ksovia", "--repeat", "1",
+                            "--dir", self.tmp], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rows = [l for l in p.stdout.splitlines() if l.startswith("{")]
+        self.assertEqual(len(rows), 1, p.stdout + p.stderr)
+        row = json.loads(rows[0])
+        self.assertEqual((row["transport"], row["size_bytes"], row["carried"]),
+                         ("ksovia", 4 << 20, True), row)
+        self.assertGreater(row["mbps"], 0)
 
 
 def add_cases():

@@ -12,14 +12,15 @@ port, password and files; see there), ftp_client.py the client. As modules
 
 From the shell:
 
-    ftp_run.py bench --sizes 13374187,168919040,1G [--transports tcp,sovia,cp]
+    ftp_run.py bench --sizes 13374187,168919040,1G [--transports tcp,sovia,ksovia,cp]
                      [--sovia PATH] [--mode MODE] [--active] [--repeat N]
                      [--profile latency|throughput|balanced]
         one JSON line per (size, transport): {"size_bytes", "transport",
         "seconds", "mbps", "runs", "carried", and for ftp "mode", "passive",
         "profile"}; seconds as the ftp client reports them (as in the
         papers), the median of --repeat runs; mbps = 10^6 bit/s; carried
-        (sovia only): every run's file went over sovia. A transport that
+        (sovia: every run's file went over sovia; ksovia, the tcp runs made
+        under `sovia ksock`: the BPF path redirected the files). A transport that
         fails gives no row (its error on stderr); exit status 1 only when
         nothing was measured. Default mode inetd-run (its data connections
         are the ones sovia can carry today), passive.
@@ -110,10 +111,38 @@ def one_cp(d):
     return dt
 
 
+KSOCK_STATS = re.compile(r"sovia ksock: \d+ sockets collected .*?(\d+) sends redirected "
+                         r"\((\d+) bytes\)")
+
+
+def bench_ksovia(ns, size):
+    """(runs, carried) over KSOVIA: the tcp transport's runs made by a copy of
+    this script under `sovia ksock`, so the server and the client are both
+    in its cgroup (seed 003 Table 4's KSOVIA row). carried: the BPF path
+    redirected at least the file's bytes."""
+    argv = [ns.sovia, "ksock", "--stats", "--", sys.executable, os.path.abspath(__file__),
+            "bench", "--sizes", str(size), "--transports", "tcp", "--repeat", str(ns.repeat),
+            "--mode", ns.mode, "--dir", ns.dir, "--timeout", str(ns.timeout)]
+    if ns.active:
+        argv.append("--active")
+    p = subprocess.run(argv, capture_output=True, text=True,
+                       timeout=ns.repeat * (ns.timeout + 10) + 30)
+    rows = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    if p.returncode == 3:
+        raise RuntimeError("KSOVIA unavailable here: " + p.stderr.strip().splitlines()[-1])
+    if p.returncode != 0 or not rows:
+        raise RuntimeError(f"sovia ksock ... ftp_run.py exited {p.returncode}: "
+                           f"{p.stderr.strip()[-300:]}")
+    m = KSOCK_STATS.search(p.stderr)
+    return rows[0]["runs"], bool(m and int(m.group(2)) >= size * ns.repeat)
+
+
 def bench_one(ns, d, size, tr):
     """(runs in seconds, carried) of one size over one transport."""
     if tr == "cp":
         return [one_cp(d) for _ in range(ns.repeat)], None
+    if tr == "ksovia":
+        return bench_ksovia(ns, size)
     sovia = ns.sovia if tr == "sovia" else None
     with Server(d, ns.mode, sovia, profile=ns.profile) as srv:
         got = [one_get(srv, d, size, sovia, not ns.active, ns.timeout, ns.profile)
@@ -214,7 +243,7 @@ def main():
     c.add_argument("--server-sovia", action="store_true")
     c.add_argument("--client-sovia", action="store_true")
     ns = ap.parse_args()
-    if (ns.cmd == "bench" and "sovia" in ns.transports or
+    if (ns.cmd == "bench" and {"sovia", "ksovia"} & set(ns.transports) or
             ns.cmd == "check" and (ns.server_sovia or ns.client_sovia)) and not ns.sovia:
         ap.error("sovia command not found: give --sovia")
     try:
