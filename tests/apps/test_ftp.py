@@ -218,6 +218,29 @@ class FtpKsovia(pt.ProgramCase):
         self.assertGreater(row["mbps"], 0)
 
 
+class FtpLane(pt.ProgramCase):
+    """The report's LANE row (seed 003 Table 4's LANEVI): `ftp_run.py bench
+    --transports lane` runs the plain server and client in two network
+    namespaces of its own joined by `sovia lane up`; the file arrives whole
+    (the script checks its size) and no namespace is left. Skipped without
+    /dev/net/tun."""
+
+    def test_bench_lane(self):
+        if not os.path.exists("/dev/net/tun"):
+            self.skipTest("no /dev/net/tun")
+        before = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        p = subprocess.run([sys.executable, ftp_run.__file__, "bench", "--sovia", pt.SOVIA,
+                            "--sizes", "4M", "--transports", "lane", "--repeat", "1",
+                            "--dir", self.tmp], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rows = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+        self.assertEqual([(r["transport"], r["size_bytes"]) for r in rows],
+                         [("lane", 4 << 20)], p.stdout + p.stderr)
+        self.assertGreater(rows[0]["mbps"], 0)
+        after = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        self.assertEqual(sorted(after.split("\n")), sorted(before.split("\n")))
+
+
 def add_cases():
     for mode in ftp_server.MODES:
         for scenario in pt.SCENARIOS:

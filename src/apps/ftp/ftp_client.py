@@ -67,11 +67,14 @@ def script(server, commands, passive=True, remote_dir=None, local_dir=None):
 
 
 def run_client(server, commands, cwd, sovia=None, passive=True, remote_dir=None, env=None,
-               timeout=60, on_timeout=None, profile=None):
-    """Runs `ftp -n -v 127.0.0.1 PORT` (under `sovia run` with `sovia`) on
-    a command script, in `cwd`; ClientResult (rc None: killed at timeout,
-    after on_timeout(client pid) looked at the stuck processes)."""
-    argv = sovia_run(sovia, profile, [FTP, "-n", "-v", "127.0.0.1", str(server.port)])
+               timeout=60, on_timeout=None, profile=None, netns=None):
+    """Runs `ftp -n -v ADDR PORT` (the server's; under `sovia run` with
+    `sovia`; in network namespace `netns` when given) on a command script,
+    in `cwd`; ClientResult (rc None: killed at timeout, after
+    on_timeout(client pid) looked at the stuck processes)."""
+    argv = sovia_run(sovia, profile, [FTP, "-n", "-v", server.addr, str(server.port)])
+    if netns:
+        argv = ["ip", "netns", "exec", netns, *argv]
     e = dict(os.environ)
     e.pop("LD_PRELOAD", None)
     e.update(env or {})

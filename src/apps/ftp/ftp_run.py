@@ -12,7 +12,7 @@ port, password and files; see there), ftp_client.py the client. As modules
 
 From the shell:
 
-    ftp_run.py bench --sizes 13374187,168919040,1G [--transports tcp,sovia,ksovia,cp]
+    ftp_run.py bench --sizes 13374187,168919040,1G [--transports tcp,sovia,ksovia,lane,cp]
                      [--sovia PATH] [--mode MODE] [--active] [--repeat N]
                      [--profile latency|throughput|balanced]
         one JSON line per (size, transport): {"size_bytes", "transport",
@@ -31,11 +31,14 @@ From the shell:
         failure by hand.
 """
 import argparse
+import ctypes
 import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -74,19 +77,25 @@ def parse_size(s):
 
 
 def tmpfs_dir(base):
-    d = tempfile.mkdtemp(prefix="ftprun-", dir=base)
+    """A private directory in tmpfs (srv/, cli/). Its name carries our pid:
+    those of runs that were SIGKILLed (no finally ran) are removed first."""
+    for name in os.listdir(base):
+        m = re.fullmatch(r"ftprun-(\d+)-\w+", name)
+        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    d = tempfile.mkdtemp(prefix=f"ftprun-{os.getpid()}-", dir=base)
     for sub in ("srv", "cli"):
         os.mkdir(os.path.join(d, sub))
     return d
 
 
-def one_get(srv, d, size, sovia, passive, timeout, profile=None):
+def one_get(srv, d, size, sovia, passive, timeout, profile=None, netns=None):
     """(seconds the client reports, carried) for one get of srv/f (deleted
     after); carried: the client's exit record shows sovia moved the file."""
     dst, log = os.path.join(d, "cli", "f"), os.path.join(d, "stat.jsonl")
     res = run_client(srv, ["get f"], os.path.join(d, "cli"), sovia, passive,
                      os.path.join(d, "srv"), {"SOVIA_STAT_LOG": log}, timeout,
-                     profile=profile)
+                     profile=profile, netns=netns)
     try:
         got = [t for t in res.transfers if t[1] == "received"]
         if res.rc != 0 or not got or got[0][0] != size or os.path.getsize(dst) != size:
@@ -137,12 +146,83 @@ def bench_ksovia(ns, size):
     return rows[0]["runs"], bool(m and int(m.group(2)) >= size * ns.repeat)
 
 
+class Lane:
+    """Two network namespaces of our own joined by `sovia lane up` (LANE:
+    kernel TCP/IP over TUN devices whose frames cross vipl, docs/LANE.md),
+    private addresses; removed on exit however the block ends."""
+    ADDRS = ("10.231.77.1", "10.231.77.2")
+
+    def __init__(self, sovia):
+        self.sovia = sovia
+        tag = f"{os.getpid()}-{secrets.token_hex(3)}"
+        self.ns = (f"sovia-ftp-a-{tag}", f"sovia-ftp-b-{tag}")
+        self.proc = None
+
+    @staticmethod
+    def sweep():
+        """Removes the namespaces of runs whose process is gone (SIGKILLed:
+        no handler ran)."""
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        for name in (l.split()[0] for l in out.splitlines() if l.strip()):
+            m = re.fullmatch(r"sovia-ftp-[ab]-(\d+)-[0-9a-f]{6}", name)
+            if m and not os.path.exists(f"/proc/{m.group(1)}"):
+                subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+    @staticmethod
+    def _die_with_parent():
+        # the lane's forwarders go (SIGTERM: they take their devices down)
+        # when this script dies, however it dies
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+    def __enter__(self):
+        self.sweep()
+        try:
+            for n in self.ns:
+                subprocess.run(["ip", "netns", "add", n], check=True, capture_output=True)
+            self.proc = subprocess.Popen(
+                [self.sovia, "lane", "up", "--ns", self.ns[0], "--ns", self.ns[1],
+                 "--addr", ",".join(f"{a}/30" for a in self.ADDRS)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                preexec_fn=self._die_with_parent)
+            line = self.proc.stdout.readline()
+            if not line.startswith("lane up"):
+                err = self.proc.stderr.read() if self.proc.poll() is not None else ""
+                raise RuntimeError(f"sovia lane up: {line.strip() or err.strip()}")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for n in self.ns:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+def bench_lane(ns, d, size):
+    """(runs, None) over LANE: the server in one namespace, the client in
+    the other, both plain (kernel TCP over the lane)."""
+    with Lane(ns.sovia) as lane:
+        with Server(d, ns.mode, None, netns=lane.ns[1], addr=lane.ADDRS[1]) as srv:
+            got = [one_get(srv, d, size, None, not ns.active, ns.timeout, netns=lane.ns[0])
+                   for _ in range(ns.repeat)]
+    return [g[0] for g in got], None
+
+
 def bench_one(ns, d, size, tr):
     """(runs in seconds, carried) of one size over one transport."""
     if tr == "cp":
         return [one_cp(d) for _ in range(ns.repeat)], None
     if tr == "ksovia":
         return bench_ksovia(ns, size)
+    if tr == "lane":
+        return bench_lane(ns, d, size)
     sovia = ns.sovia if tr == "sovia" else None
     with Server(d, ns.mode, sovia, profile=ns.profile) as srv:
         got = [one_get(srv, d, size, sovia, not ns.active, ns.timeout, ns.profile)
@@ -243,7 +323,9 @@ def main():
     c.add_argument("--server-sovia", action="store_true")
     c.add_argument("--client-sovia", action="store_true")
     ns = ap.parse_args()
-    if (ns.cmd == "bench" and {"sovia", "ksovia"} & set(ns.transports) or
+    # SIGTERM (a report's timeout) unwinds: servers stop, namespaces go
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if (ns.cmd == "bench" and {"sovia", "ksovia", "lane"} & set(ns.transports) or
             ns.cmd == "check" and (ns.server_sovia or ns.client_sovia)) and not ns.sovia:
         ap.error("sovia command not found: give --sovia")
     try:

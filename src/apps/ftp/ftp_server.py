@@ -97,9 +97,11 @@ def free_port():
     raise RuntimeError("no free pair of ports")
 
 
-def _tcp_sockets():
-    """(local port, state, inode) of every TCP socket, v4 and v6."""
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+def _tcp_sockets(pid=None):
+    """(local port, state, inode) of every TCP socket, v4 and v6, of our
+    network namespace or of process `pid`'s."""
+    base = f"/proc/{pid}/net" if pid else "/proc/net"
+    for name in (f"{base}/tcp", f"{base}/tcp6"):
         try:
             with open(name) as f:
                 rows = f.read().splitlines()[1:]
@@ -110,9 +112,10 @@ def _tcp_sockets():
             yield int(fl[1].rsplit(":", 1)[1], 16), fl[3], fl[9]
 
 
-def listening_inode(port):
-    """The inode of the socket listening on `port` (state 0A), or None."""
-    return next((ino for p, st, ino in _tcp_sockets() if p == port and st == "0A"), None)
+def listening_inode(port, pid=None):
+    """The inode of the socket listening on `port` (state 0A), or None; in
+    process `pid`'s network namespace when given."""
+    return next((ino for p, st, ino in _tcp_sockets(pid) if p == port and st == "0A"), None)
 
 
 def _procs():
@@ -168,11 +171,14 @@ class Server:
     `sovia run`; `env` is added to its environment (e.g. SOVIA_STAT_LOG)."""
 
     def __init__(self, workdir, mode="standalone", sovia=None, env=None, port=None,
-                 start_timeout=15, profile=None):
+                 start_timeout=15, profile=None, netns=None, addr="127.0.0.1"):
         if mode not in MODES:
             raise ValueError(f"mode: {mode}")
         check_available()
         self.workdir, self.mode, self.sovia, self.profile = workdir, mode, sovia, profile
+        # netns: a network namespace (`ip netns` name) to run in, listening
+        # on addr there (the report's LANE row: docs/LANE.md)
+        self.netns, self.addr = netns, addr
         self.port = port or free_port()
         self.password = secrets.token_hex(12)
         self.env = env or {}
@@ -209,7 +215,7 @@ class Server:
             ftpd = self.sovia + " " + " ".join(["sovia", *sovia_run(self.sovia, self.profile,
                                                                     [FTPD])[1:]])
         with open(inetd_conf, "w") as f:
-            f.write(f"127.0.0.1:{self.port} stream tcp4 nowait {USER} {ftpd} -4 -z nossl\n")
+            f.write(f"{self.addr}:{self.port} stream tcp4 nowait {USER} {ftpd} -4 -z nossl\n")
         return inetd_conf
 
     def command(self):
@@ -224,7 +230,8 @@ class Server:
             f'{{ [ ! -e {t} ] || mount --bind "$0"/{os.path.basename(t)} {t}; }}'
             for t in PRIVATE_FILES)
         script = f"{mounts} && mount -t tmpfs -o size=1m,mode=755 none /run && exec \"$@\""
-        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+        netns = ["ip", "netns", "exec", self.netns] if self.netns else []
+        return [*netns, "unshare", "--mount", "--propagation", "private", "sh", "-c", script,
                 self.conf, *prog]
 
     # ---- life cycle -----------------------------------------------------------
@@ -240,7 +247,7 @@ class Server:
                                          stderr=log, env=env, start_new_session=True)
         deadline = time.monotonic() + self.start_timeout
         while True:
-            inode = listening_inode(self.port)
+            inode = listening_inode(self.port, self.proc.pid if self.netns else None)
             if inode:
                 owners = _owner_of_socket(inode)
                 if owners:

@@ -7,7 +7,10 @@ bench`, see hooks.py): ftpd standalone, passive mode, the seconds the ftp
 client reports for a get (as the papers), and `cp` of the same file in the
 same tmpfs; the median of its repeats. KSOVIA (seed 003 Table 4): the
 kernel TCP runs made under `sovia ksock` (the BPF path past TCP/IP,
-docs/KSOCK.md), where this machine allows it.
+docs/KSOCK.md), where this machine allows it; LANE (Table 4's LANEVI): the
+plain programs in two network namespaces of the script's own joined by
+`sovia lane up` (kernel TCP over TUN devices whose frames cross vipl,
+docs/LANE.md).
 
 The papers' "sovia at least 2x kernel TCP" came from 2003's networks,
 where TCP ran at ~0.45x of a local copy; loopback TCP here runs at ~0.6x
@@ -31,14 +34,14 @@ def _repeat(mode):
 
 
 def _est(mode):
-    """Four transports, each repeat a session (~1 s) and the file at ~1 GB/s."""
-    return 4 * _repeat(mode) * (1.0 + sum(mode.ftp_sizes) / 1e9) + sum(mode.ftp_sizes) / 1e9
+    """Five transports, each repeat a session (~1 s) and the file at ~1 GB/s."""
+    return 5 * _repeat(mode) * (1.0 + sum(mode.ftp_sizes) / 1e9) + sum(mode.ftp_sizes) / 1e9
 
 
 def _run_ftp(script, ctx):
     m = ctx.mode
     args = ["bench", "--sizes", ",".join(str(s) for s in m.ftp_sizes),
-            "--transports", "tcp,sovia,ksovia,cp", "--repeat", str(_repeat(m))]
+            "--transports", "tcp,sovia,ksovia,lane,cp", "--repeat", str(_repeat(m))]
     return hooks.run(ctx, script, args, "ftp", REQUIRED, 120 + 10 * _est(m))
 
 
@@ -86,25 +89,28 @@ def report(mode, store, out):
     for src, size, d in paper.FTP:
         s = d["sovia"][1]
         prow.append([src, str(size), d["tcp"][1], s, d.get("cp", (None, None))[1],
-                     s / d["tcp"][1], s / d["cp"][1] if "cp" in d else None, None])
+                     s / d["tcp"][1], s / d["cp"][1] if "cp" in d else None, None, None])
     checks = []
     for size in sorted({r["size_bytes"] for r in rows}):
-        s, t, c, k = (_best(rows, size, x) for x in ("sovia", "tcp", "cp", "ksovia"))
+        s, t, c, k, ln = (_best(rows, size, x) for x in ("sovia", "tcp", "cp", "ksovia", "lane"))
         prow.append(["ours (get)", str(size), t, s, c, s / t if s and t else None,
-                     s / c if s and c else None, k])
+                     s / c if s and c else None, k, ln])
         if size < BIG:
             continue
         checks.append((f"{size} B: sovia / kernel TCP >= 1.3", "2.1-2.6 (seeds 000, 004)",
                        s / t if s and t else None, None if not s or not t else s / t >= 1.3))
         checks.append((f"{size} B: sovia / local cp >= 0.8", "0.94-0.99 (seed 000)",
                        s / c if s and c else None, None if not s or not c else s / c >= 0.8))
+        if ln:
+            checks.append((f"{size} B: sovia >= LANE", "yes (seed 003 Table 4)",
+                           s / ln if s else None, None if not s else s >= ln))
         if k:
             checks.append((f"{size} B: sovia / KSOVIA (the paper's KSOVIA was the faster)",
                            "< 1 (seed 003 Table 4)", s / k if s else None, None))
     sec.add(f"Mb/s beside the papers ({paper.FTP_NOTE}); KSOVIA: ours only (the paper's "
-            "Table 4 gives seconds on other files).",
+            "Table 4 gives seconds on other files), LANE likewise.",
             table(["source", "size bytes", "tcp", "sovia", "cp", "sovia / tcp", "sovia / cp",
-                   "ksovia"], prow))
+                   "ksovia", "lane"], prow))
     if checks:
         sec.add(checks_table(checks))
         big = max(r["size_bytes"] for r in rows)
