@@ -41,20 +41,20 @@ static uint32_t page_slots(struct shm_cq *cq)
     return (uint32_t)(shm_nic(cq->core.nic)->page * 8);
 }
 
-/* The page for peer `pid`, made if none yet. Caller holds cq->lock. */
-static struct shm_hintpage *page_for(struct shm_cq *cq, pid_t pid)
+/* Caller holds cq->lock. */
+static struct shm_hintpage *page_find(struct shm_cq *cq, pid_t pid)
 {
     for (uint32_t i = 0; i < cq->nhint; i++)
         if (cq->hint[i]->pid == pid)
             return cq->hint[i];
-    if (cq->nhint == cq->hintcap) {
-        uint32_t cap = cq->hintcap ? cq->hintcap * 2 : 4;
-        struct shm_hintpage **v = realloc(cq->hint, cap * sizeof(*v));
-        if (!v)
-            return NULL;
-        cq->hint = v;
-        cq->hintcap = cap;
-    }
+    return NULL;
+}
+
+/* A new page for peer `pid`, without the CQ lock: making or closing a
+ * descriptor passes through the preload's hooks, which take an epoll
+ * set's lock, and a scan holds that one while it takes the hints. */
+static struct shm_hintpage *page_make(struct shm_cq *cq, pid_t pid)
+{
     size_t page = shm_nic(cq->core.nic)->page;
     struct shm_hintpage *h = calloc(1, sizeof(*h));
     int fd = h ? shm_memfd("sovia-cq-hint", page) : -1;
@@ -68,12 +68,29 @@ static struct shm_hintpage *page_for(struct shm_cq *cq, pid_t pid)
         return NULL;
     }
     *h = (struct shm_hintpage){.pid = pid, .fd = fd, .bits = map};
-    cq->hint[cq->nhint++] = h;
     return h;
 }
 
+/* Lists it; false if out of memory. Caller holds cq->lock. */
+static bool page_add(struct shm_cq *cq, struct shm_hintpage *h)
+{
+    if (cq->nhint == cq->hintcap) {
+        uint32_t cap = cq->hintcap ? cq->hintcap * 2 : 4;
+        struct shm_hintpage **v = realloc(cq->hint, cap * sizeof(*v));
+        if (!v)
+            return false;
+        cq->hint = v;
+        cq->hintcap = cap;
+    }
+    cq->hint[cq->nhint++] = h;
+    return true;
+}
+
+/* Without the CQ lock (see page_make). */
 static void page_free(struct shm_cq *cq, struct shm_hintpage *h, bool unmap)
 {
+    if (!h)
+        return;
     if (unmap)
         munmap((void *)h->bits, shm_nic(cq->core.nic)->page);
     VipxFdClose(h->fd);
@@ -81,33 +98,34 @@ static void page_free(struct shm_cq *cq, struct shm_hintpage *h, bool unmap)
     free(h);
 }
 
-/* A page with no slot taken goes (a peer still holding a mapping only
- * writes into memory nobody reads). Caller holds cq->lock. */
-static void page_drop(struct shm_cq *cq, struct shm_hintpage *h)
+/* A page with no slot taken leaves the list (a peer still holding a
+ * mapping only writes into memory nobody reads): returned, for the caller
+ * to free once it let go of cq->lock, which it holds. */
+static struct shm_hintpage *page_drop(struct shm_cq *cq, struct shm_hintpage *h)
 {
     if (h->used)
-        return;
+        return NULL;
     for (uint32_t i = 0; i < cq->nhint; i++)
         if (cq->hint[i] == h) {
             cq->hint[i] = cq->hint[--cq->nhint];
             break;
         }
-    page_free(cq, h, true);
+    return h;
 }
 
-/* Caller holds cq->lock. */
-static void release_locked(struct shm_cq *cq, struct shm_vi *vi)
+/* Caller holds cq->lock; frees what it returns after (page_drop). */
+static struct shm_hintpage *release_locked(struct shm_cq *cq, struct shm_vi *vi)
 {
     struct shm_hintpage *h = vi->hint_page;
     __atomic_store_n(&vi->hint_on, false, __ATOMIC_RELEASE);
     if (!h)
-        return;
+        return NULL;
     __atomic_store_n(&vi->hint_page, NULL, __ATOMIC_RELEASE);
     if (vi->hint_slot < h->cap && h->slot[vi->hint_slot] == vi) {
         h->slot[vi->hint_slot] = NULL;
         h->used--;
     }
-    page_drop(cq, h);
+    return page_drop(cq, h);
 }
 
 void shm_hint_release(struct shm_vi *vi)
@@ -116,8 +134,9 @@ void shm_hint_release(struct shm_vi *vi)
     if (!cq || !vi->hint_page)
         return;
     pthread_mutex_lock(&cq->lock);
-    release_locked(cq, vi);
+    struct shm_hintpage *gone = release_locked(cq, vi);
     pthread_mutex_unlock(&cq->lock);
+    page_free(cq, gone, true);
 }
 
 int shm_hint_offer(struct shm_vi *vi, pid_t pid, uint32_t *slot)
@@ -127,8 +146,20 @@ int shm_hint_offer(struct shm_vi *vi, pid_t pid, uint32_t *slot)
     if (!cq || pid <= 0)
         return -1;
     pthread_mutex_lock(&cq->lock);
-    release_locked(cq, vi); /* a reconnect: a slot anew */
-    struct shm_hintpage *h = page_for(cq, pid);
+    struct shm_hintpage *gone = release_locked(cq, vi); /* a reconnect: a slot anew */
+    struct shm_hintpage *h = page_find(cq, pid), *fresh = NULL;
+    if (!h) {
+        pthread_mutex_unlock(&cq->lock);
+        page_free(cq, gone, true);
+        gone = NULL;
+        fresh = page_make(cq, pid);
+        pthread_mutex_lock(&cq->lock);
+        h = page_find(cq, pid); /* another connection's, made meanwhile */
+        if (!h && fresh && page_add(cq, fresh)) {
+            h = fresh;
+            fresh = NULL;
+        }
+    }
     uint32_t s = 0, max = page_slots(cq);
     if (h) {
         while (s < h->cap && h->slot[s])
@@ -155,10 +186,12 @@ int shm_hint_offer(struct shm_vi *vi, pid_t pid, uint32_t *slot)
         __atomic_store_n(&vi->hint_page, h, __ATOMIC_RELEASE);
         *slot = s + 1;
         fd = h->fd;
-    } else if (h) {
-        page_drop(cq, h);
     }
+    struct shm_hintpage *empty = h && fd < 0 ? page_drop(cq, h) : NULL; /* no slot in it */
     pthread_mutex_unlock(&cq->lock);
+    page_free(cq, gone, true);
+    page_free(cq, fresh, true);
+    page_free(cq, empty, true);
     return fd;
 }
 
