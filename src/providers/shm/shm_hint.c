@@ -34,6 +34,7 @@ struct shm_hintpage {
     _Atomic uint64_t *bits; /* the page; the peer writes it */
     struct shm_vi **slot;   /* slot -> VI (NULL: free); ours */
     uint32_t cap, used, end; /* slots tracked, taken, one past the highest taken */
+    uint32_t lo;             /* no free slot below (a connection costs O(1), not O(slots)) */
 };
 
 static uint32_t page_slots(struct shm_cq *cq)
@@ -124,6 +125,8 @@ static struct shm_hintpage *release_locked(struct shm_cq *cq, struct shm_vi *vi)
     if (vi->hint_slot < h->cap && h->slot[vi->hint_slot] == vi) {
         h->slot[vi->hint_slot] = NULL;
         h->used--;
+        if (vi->hint_slot < h->lo)
+            h->lo = vi->hint_slot;
     }
     return page_drop(cq, h);
 }
@@ -160,10 +163,11 @@ int shm_hint_offer(struct shm_vi *vi, pid_t pid, uint32_t *slot)
             fresh = NULL;
         }
     }
-    uint32_t s = 0, max = page_slots(cq);
+    uint32_t s = h ? h->lo : 0, max = page_slots(cq);
     if (h) {
         while (s < h->cap && h->slot[s])
             s++;
+        h->lo = s;
         if (s == h->cap && h->cap < max) {
             uint32_t cap = h->cap ? h->cap * 2 : 64;
             cap = cap > max ? max : cap;
