@@ -169,6 +169,23 @@ VIP_RETURN VipxCQDisarmQuiet(VIP_CQ_HANDLE CQHandle);
 VIP_RETURN VipxWakeWaiters(void);
 
 /*
+ * Readiness hints, for a waiter over many VIs that wants to look at those
+ * with news rather than at every one (docs/ARCHITECTURE.md, "Readiness
+ * hints"). VipxViHintCookie names a VI for VipxCQHints (NULL: never
+ * reported). VipxCQHints takes, test-and-clear, the cookies of the CQ's
+ * VIs whose peer hinted a completion since the last call; a hint is only
+ * a reason to look (the peer may set it for nothing, or withhold it), so
+ * the waiter must still look at every VI now and then. VIP_ERROR_RESOURCE:
+ * more than Max were hinted (Max reported): look at every VI.
+ * VIP_ERROR_NOT_SUPPORTED: the provider has none. VipxViHinted: whether
+ * the VI's peer hints at all (VIP_FALSE: look at it every time).
+ */
+VIP_RETURN VipxViHintCookie(VIP_VI_HANDLE ViHandle, VIP_PVOID Cookie);
+VIP_RETURN VipxCQHints(VIP_CQ_HANDLE CQHandle, VIP_PVOID *Cookies, VIP_ULONG Max,
+                       VIP_ULONG *Count);
+VIP_BOOLEAN VipxViHinted(VIP_VI_HANDLE ViHandle);
+
+/*
  * A futex sleep on a few VIs' own words, for a thread that waits for those
  * VIs only and has no kernel descriptor to poll (the shm provider: the peer
  * wakes it with one FUTEX_WAKE instead of a datagram to the CQ's

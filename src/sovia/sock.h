@@ -139,6 +139,9 @@ static inline bool sov_trylock(sov_lock_t *l)
 
 struct sov_conn {
     VIP_VI_HANDLE vi;
+    /* The socket its VI names for readiness hints (the preload's epoll,
+     * VipxViHintCookie); NULL: not named yet. */
+    void *hint_cookie;
     /* Threads in a futex sleep on the VI's word (the preload's epoll):
      * sov_conn_destroy wakes them and waits for them to let go of it. */
     atomic_uint sleepers;

@@ -191,3 +191,15 @@ VIPL_EXPORT VIP_RETURN VipxWakeWaiters(void)
     vipl_waiters_ring(NULL);
     return VIP_SUCCESS;
 }
+
+VIPL_EXPORT VIP_RETURN VipxCQHints(VIP_CQ_HANDLE CQHandle, VIP_PVOID *Cookies, VIP_ULONG Max,
+                                   VIP_ULONG *Count)
+{
+    struct vipl_cq *cq = cq_of(CQHandle);
+    if (!cq || !Count || (Max && !Cookies))
+        return VIP_INVALID_PARAMETER;
+    *Count = 0;
+    if (!cq->nic->prov->cq_hints)
+        return VIP_ERROR_NOT_SUPPORTED;
+    return cq->nic->prov->cq_hints(cq, Cookies, Max, Count);
+}

@@ -85,3 +85,19 @@ void vipl_vi_fail(struct vipl_vi *vi, VIP_ERROR_CODE code, VIP_DESCRIPTOR *desc)
     vipl_report_error(vi->nic, vi, NULL, desc, desc ? VIP_RESOURCE_DESCRIPTOR : VIP_RESOURCE_VI,
                       code);
 }
+
+VIPL_EXPORT VIP_RETURN VipxViHintCookie(VIP_VI_HANDLE ViHandle, VIP_PVOID Cookie)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    if (!vi)
+        return VIP_INVALID_PARAMETER;
+    __atomic_store_n(&vi->hint_cookie, Cookie, __ATOMIC_RELEASE);
+    return VIP_SUCCESS;
+}
+
+VIPL_EXPORT VIP_BOOLEAN VipxViHinted(VIP_VI_HANDLE ViHandle)
+{
+    struct vipl_vi *vi = vi_of(ViHandle);
+    const struct vipl_provider *p = vi ? vi->nic->prov : NULL;
+    return p && p->vi_hinted && p->vi_hinted(vi) ? VIP_TRUE : VIP_FALSE;
+}

@@ -127,6 +127,7 @@ struct vipl_vi {
     int connect_token; /* -1, or sent with the next connection request */
     uid_t connect_uid; /* whose listener the next request dials ((uid_t)-1: our own) */
     bool last; /* disconnected for destruction: no fresh segments, no new connection */
+    void *hint_cookie; /* VipxViHintCookie: what VipxCQHints reports for it */
 };
 
 /* A local scatter/gather element, already checked against its region. */
@@ -247,6 +248,12 @@ struct vipl_provider {
      * wake-up may not come: a sleeper with no doorbell of its own, or a CQ
      * whose armed flag a peer can write (VIPX_CQ_INHERITABLE). */
     int (*cq_sleep_bound)(struct vipl_cq *cq);
+    /* Readiness hints (optional; VipxCQHints): takes the cookies of the
+     * VIs whose peers hinted since the last call, VIP_ERROR_RESOURCE if
+     * more than max; and whether a VI's peer hints at all. */
+    VIP_RETURN (*cq_hints)(struct vipl_cq *cq, void **cookies, unsigned long max,
+                           unsigned long *count);
+    bool (*vi_hinted)(struct vipl_vi *vi);
     /* A sleep on the VI's own futex word though it is on a CQ, for a
      * thread that waits for a few VIs (VipxViSleepArm); optional. Arm:
      * counts the sleeper where the peer looks after each completion, gives

@@ -97,7 +97,9 @@ struct shm_msg {
      * page-aligned offset, ctl before it (an inheritable VI: one
      * descriptor per end to keep for exec instead of two). */
     uint32_t rx_off;
-    uint32_t pad;
+    /* Nonzero: the sender's readiness hint page for us is the last fd, our
+     * VI's bit in it is hint_slot - 1 (shm_hint.c). */
+    uint32_t hint_slot;
 };
 
 /* What we map of the connected peer and how we reach it. */
@@ -139,6 +141,12 @@ struct shm_peer {
      * not kept, or the word is a socket, held in wake_sock). */
     struct shm_msg msg;
     int kept[4];
+    /* The peer's readiness hint page for our connections (shm_hint.c):
+     * the word and bit we set after each completion; NULL: none. */
+    struct shm_shared *hint_sh;
+    _Atomic uint64_t *hint_word;
+    uint64_t hint_mask;
+    uint32_t hint_words; /* 1 (all of the page's for SOVIA_VIPL_HINTS=all) */
 };
 
 /* A receive descriptor as the owner remembers it. */
@@ -215,6 +223,11 @@ struct shm_vi {
     int req_sock, req_pidfd;
     pid_t req_pid;
     bool req_relay, req_foreign;
+    /* Our readiness hint slot (CQ lock; shm_hint.c); hint_on: the peer
+     * sets its bit, so a waiter may leave the VI to the hints. */
+    struct shm_hintpage *hint_page;
+    uint32_t hint_slot;
+    bool hint_on;
 };
 
 struct shm_cq {
@@ -241,6 +254,8 @@ struct shm_cq {
     bool lossy;
     uint32_t nrelay; /* attached VIs with `relay` (CQ lock) */
     uint32_t narmed; /* sleepers armed, counted under the CQ lock (shm_cq_relay) */
+    struct shm_hintpage **hint; /* one readiness hint page per peer process (shm_hint.c) */
+    uint32_t nhint, hintcap;
 };
 
 /* A requester's socket taken from the listening socket whose REQUEST has
@@ -305,6 +320,7 @@ static inline struct shm_nic *shm_nic(struct vipl_nic *nic)
 /* shm_segment.c */
 int shm_memfd(const char *name, size_t len);
 int shm_seal(int fd, bool owner_only);
+size_t shm_sealed_size(int fd); /* a peer memfd's size if it cannot shrink or grow; else 0 */
 void *shm_map_fixed(void *at, int fd, size_t len);
 int shm_vi_segments_create(struct shm_vi *vi);
 void shm_vi_segments_destroy(struct shm_vi *vi);
@@ -373,6 +389,28 @@ void shm_holder_leave(struct shm_vi *vi);
 void shm_holder_find(struct shm_cq *cq, struct shm_vi *vi);
 void shm_cq_relay(struct shm_cq *cq, struct shm_vi *vi, bool on);
 
+/* shm_hint.c: readiness hints. offer: a slot for vi in the CQ's page for
+ * peer `pid`; the page's fd to send (-1: none) and *slot (slot + 1, 0:
+ * none). confirm: after the peer's message, whether it sets the bit. */
+struct shm_hintpage;
+int shm_hint_offer(struct shm_vi *vi, pid_t pid, uint32_t *slot);
+void shm_hint_confirm(struct shm_vi *vi, const struct shm_msg *peer_msg);
+void shm_hint_release(struct shm_vi *vi);
+void shm_hint_self(struct shm_vi *vi); /* a local event: our own bit */
+VIP_RETURN shm_cq_hints(struct vipl_cq *cq, void **cookies, unsigned long max,
+                        unsigned long *count);
+bool shm_vi_hinted(struct vipl_vi *vi);
+void shm_hint_forked(struct shm_cq *cq);
+void shm_hint_destroy(struct shm_cq *cq);
+/* The sender's side: maps the page a peer offered (takes *fd) and sets
+ * our bit after a completion. */
+void shm_hint_map(struct shm_peer *peer, struct shm_nic *snic, int *fd, uint32_t slot);
+static inline void shm_hint_set(struct shm_peer *p)
+{
+    for (uint32_t i = 0; i < p->hint_words; i++)
+        atomic_fetch_or_explicit(&p->hint_word[i], p->hint_mask, memory_order_release);
+}
+
 /* shm_cred.c */
 bool shm_peer_cred(int sock, pid_t *pid, uid_t *uid);
 bool shm_process_is_self(pid_t pid, int pidfd);
@@ -426,7 +464,7 @@ void shm_conn_notify(struct shm_peer *peer, enum shm_msg_type type);
  * takes *fd (set to -1; closed if an entry for that file exists); NULL if
  * out of memory or the mapping fails (*fd is then left to the caller). */
 void shm_shared_init(struct shm_nic *snic);
-struct shm_shared *shm_shared_get(struct shm_nic *snic, int *fd, size_t map_len);
+struct shm_shared *shm_shared_get(struct shm_nic *snic, int *fd, size_t map_len, bool writable);
 int shm_shared_fd(const struct shm_shared *e);
 void *shm_shared_map(const struct shm_shared *e);
 void shm_shared_put(struct shm_nic *snic, struct shm_shared *e);

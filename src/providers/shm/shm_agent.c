@@ -231,6 +231,8 @@ static void check_peer(struct shm_agent *a, struct shm_vi *vi, uint32_t events, 
         shm_unlock(&vi->sq_lock);
         vipl_vi_fail(&vi->core, VIP_ERROR_CONN_LOST, NULL);
     }
+    if (news != PEER_ALIVE || *nudged) /* a waiter leaving the VI to hints looks */
+        shm_hint_self(vi);
 }
 
 /* A watched process exited: every VI watching it, one after another (the

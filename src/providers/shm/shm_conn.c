@@ -35,6 +35,7 @@
 struct shm_pending {
     int sock;
     int fds[5];
+    int hint_fd; /* the requester's hint page for us, or -1 */
     struct shm_msg msg;
     pid_t pid;
     bool foreign; /* another user than we are now */
@@ -97,7 +98,7 @@ static int send_msg(int sock, const struct shm_msg *m, const int *fds, int nfds)
 {
     struct iovec iov = {(void *)m, sizeof(*m)};
     union {
-        char buf[CMSG_SPACE(sizeof(int) * 5)];
+        char buf[CMSG_SPACE(sizeof(int) * 6)];
         struct cmsghdr align;
     } u;
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
@@ -122,12 +123,15 @@ static void close_fds(int *fds, int n)
 
 /*
  * Receives one message and up to five fds (a request's token is the
- * fifth), waiting until `deadline`. Returns the number of fds (0..5),
- * -ETIMEDOUT, or -EPROTO for anything malformed (any fds that came with
- * it are closed).
+ * fifth), waiting until `deadline`, and the sender's hint page (the last
+ * fd when m->hint_slot is set) into *hint_fd (-1: none). Returns the
+ * number of the other fds (0..5), -ETIMEDOUT, or -EPROTO for anything
+ * malformed (any fds that came with it are closed).
  */
-static int recv_msg(int sock, struct shm_msg *m, int fds[5], const struct timespec *deadline)
+static int recv_msg(int sock, struct shm_msg *m, int fds[5], int *hint_fd,
+                    const struct timespec *deadline)
 {
+    *hint_fd = -1;
     struct pollfd pfd = {.fd = sock, .events = POLLIN};
     int rc;
     do
@@ -156,11 +160,19 @@ static int recv_msg(int sock, struct shm_msg *m, int fds[5], const struct timesp
             memcpy(&got[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
     }
     bool ok = n == (ssize_t)sizeof(*m) && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
-              m->magic == SHM_MAGIC && m->version == SHM_VERSION && nfds <= 5 &&
+              m->magic == SHM_MAGIC && m->version == SHM_VERSION &&
+              nfds <= 5 + (m->hint_slot != 0) && (!m->hint_slot || nfds >= 1) &&
               m->host_len <= 16 && m->disc_len <= VIPL_MAX_DISC;
     if (!ok) {
         close_fds(got, nfds);
         return -EPROTO;
+    }
+    if (m->hint_slot) {
+        /* Received where a token goes, so marked for a forked child to
+         * close (vipl_fd_recvmsg): a copy of ours instead. */
+        int hint = got[--nfds];
+        *hint_fd = vipl_fd_dup(hint);
+        VipxFdClose(hint);
     }
     memcpy(fds, got, sizeof(int) * (size_t)nfds);
     return nfds;
@@ -172,8 +184,9 @@ static int recv_msg(int sock, struct shm_msg *m, int fds[5], const struct timesp
  * reads the VI's own armed word and wakes the CQ by its socket's name,
  * which anyone may send to anyway. */
 static void fill_msg(struct shm_vi *vi, enum shm_msg_type type, const VIP_NET_ADDRESS *self,
-                     struct shm_msg *m, int fds[4], bool foreign)
+                     struct shm_msg *m, int fds[4], bool foreign, pid_t pid, int *hint)
 {
+    *hint = -1;
     *m = (struct shm_msg){
         .magic = SHM_MAGIC,
         .version = SHM_VERSION,
@@ -198,6 +211,7 @@ static void fill_msg(struct shm_vi *vi, enum shm_msg_type type, const VIP_NET_AD
         fds[2] = cq->armed_fd;
         fds[3] = cq->wake_tx;
         m->wake_sock = SHM_WAKE_SOCKET;
+        *hint = shm_hint_offer(vi, pid, &m->hint_slot); /* our user's only */
     } else {
         fds[2] = vi->ctl_fd;
         fds[3] = rx_fd;
@@ -228,12 +242,21 @@ VIP_VI_ATTRIBUTES shm_attrs_of(const struct shm_msg *m)
 /* Maps the peer described by `m` and its fds and attaches it to `vi`.
  * Takes ownership of the fds, of `sock` and of `pidfd` (the peer's, or -1
  * to open one), whatever the outcome. */
-static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fds[4], int sock,
-                              pid_t pid, int pidfd)
+static VIP_RETURN attach_peer(struct shm_vi *vi, const struct shm_msg *m, int fds[4], int hint_fd,
+                              int sock, pid_t pid, int pidfd)
 {
     struct shm_nic *snic = shm_nic(vi->core.nic);
     struct shm_peer *peer = calloc(1, sizeof(*peer));
     int rc = peer ? shm_peer_map(peer, fds, m, snic) : -ENOMEM;
+    /* The peer's hint page: our user's only, never another's. */
+    if (rc == 0 && m->wake_sock == SHM_WAKE_SOCKET)
+        shm_hint_map(peer, snic, &hint_fd, m->hint_slot);
+    if (hint_fd >= 0)
+        VipxFdClose(hint_fd);
+    if (rc == 0)
+        shm_hint_confirm(vi, m);
+    else
+        shm_hint_release(vi);
     if (rc == 0 && vi->inheritable && !vi->no_export) { /* a next image maps them again */
         memcpy(peer->kept, fds, sizeof(peer->kept));
         memset(fds, -1, 4 * sizeof(int));
@@ -538,7 +561,8 @@ static struct shm_pending *read_request(struct shm_arrival *a, int *nfds)
 {
     struct shm_pending *pc = calloc(1, sizeof(*pc));
     struct timespec now;
-    int n = pc ? recv_msg(a->sock, &pc->msg, pc->fds, vipl_deadline(0, &now)) : -ENOMEM;
+    int n = pc ? recv_msg(a->sock, &pc->msg, pc->fds, &pc->hint_fd, vipl_deadline(0, &now))
+               : -ENOMEM;
     *nfds = n;
     if (n == -ETIMEDOUT) {
         free(pc);
@@ -547,6 +571,8 @@ static struct shm_pending *read_request(struct shm_arrival *a, int *nfds)
     if (n < 0 || !request_ok(&pc->msg, n, a->foreign)) {
         if (n > 0)
             close_fds(pc->fds, n);
+        if (n >= 0 && pc->hint_fd >= 0)
+            VipxFdClose(pc->hint_fd);
         free(pc);
         VipxFdClose(a->sock);
         return NULL;
@@ -665,6 +691,8 @@ static void pending_free(struct shm_pending *pc, bool close_sock)
 {
     pending_done(pc);
     close_fds(pc->fds, 4);
+    if (pc->hint_fd >= 0)
+        VipxFdClose(pc->hint_fd);
     if (close_sock)
         VipxFdClose(pc->sock);
     free(pc);
@@ -675,19 +703,20 @@ VIP_RETURN shm_connect_accept(struct vipl_conn *conn, struct vipl_vi *cvi)
     struct shm_vi *vi = shm_vi(cvi);
     struct shm_pending *pc = conn->prov_conn;
     struct shm_msg reply;
-    int ours[4];
+    int ours[5];
     /* A requester that wakes us by name (it takes us for another user) is
      * answered alike. */
     fill_msg(vi, SHM_MSG_ACCEPT, NULL, &reply, ours,
-             pc->foreign || pc->msg.wake_sock == SHM_WAKE_NAMED);
+             pc->foreign || pc->msg.wake_sock == SHM_WAKE_NAMED, pc->pid, &ours[4]);
     relay_on(vi, &reply, true);
-    if (send_msg(pc->sock, &reply, ours, 4) != 0) {
+    if (send_msg(pc->sock, &reply, ours, ours[4] >= 0 ? 5 : 4) != 0) {
         relay_on(vi, &reply, false);
+        shm_hint_release(vi);
         pending_free(pc, true);
         return VIP_ERROR_RESOURCE; /* the requester is gone */
     }
     pending_done(pc);
-    VIP_RETURN r = attach_peer(vi, &pc->msg, pc->fds, pc->sock, pc->pid, -1);
+    VIP_RETURN r = attach_peer(vi, &pc->msg, pc->fds, pc->hint_fd, pc->sock, pc->pid, -1);
     free(pc); /* attach_peer owns the fds and the socket now */
     return r;
 }
@@ -747,17 +776,20 @@ VIP_RETURN shm_connect_start(struct vipl_vi *cvi, const VIP_NET_ADDRESS *local,
     int pidfd = vipl_fd_pidfd(pid);
     bool foreign = want != geteuid() || !shm_process_is_self(pid, pidfd);
     struct shm_msg m;
-    int fds[5];
-    fill_msg(vi, SHM_MSG_REQUEST, local, &m, fds, foreign);
+    int fds[6], hint;
+    fill_msg(vi, SHM_MSG_REQUEST, local, &m, fds, foreign, pid, &hint);
     fds[4] = cvi->connect_token >= 0 && foreign ? shm_token_wrap(cvi->connect_token)
                                                 : cvi->connect_token;
+    int nfds = fds[4] >= 0 ? 5 : 4;
+    if (hint >= 0) /* the last */
+        fds[nfds++] = hint;
     relay_on(vi, &m, true);
-    bool sent = (cvi->connect_token < 0 || fds[4] >= 0) &&
-                send_msg(s, &m, fds, fds[4] >= 0 ? 5 : 4) == 0;
+    bool sent = (cvi->connect_token < 0 || fds[4] >= 0) && send_msg(s, &m, fds, nfds) == 0;
     if (foreign && fds[4] >= 0)
         VipxFdClose(fds[4]); /* the wrapper is the listener's now */
     if (!sent) {
         relay_on(vi, &m, false);
+        shm_hint_release(vi);
         VipxFdClose(s);
         if (pidfd >= 0)
             VipxFdClose(pidfd);
@@ -793,8 +825,8 @@ VIP_RETURN shm_connect_finish(struct vipl_vi *cvi, const struct timespec *deadli
     if (!vi->req_open)
         return VIP_INVALID_STATE;
     struct shm_msg m;
-    int fds[5];
-    int n = recv_msg(vi->req_sock, &m, fds, deadline);
+    int fds[5], hint_fd;
+    int n = recv_msg(vi->req_sock, &m, fds, &hint_fd, deadline);
     if (n == -ETIMEDOUT)
         return VIP_TIMEOUT; /* still pending: the caller waits on, or abandons */
     if (n == 4 && m.type == SHM_MSG_ACCEPT && !(vi->req_foreign && m.wake_sock == SHM_WAKE_SOCKET)) {
@@ -802,7 +834,7 @@ VIP_RETURN shm_connect_finish(struct vipl_vi *cvi, const struct timespec *deadli
         bool relay = vi->req_relay;
         vi->req_open = false; /* attach_peer's now */
         vi->req_sock = vi->req_pidfd = -1;
-        VIP_RETURN r = attach_peer(vi, &m, fds, s, vi->req_pid, pidfd);
+        VIP_RETURN r = attach_peer(vi, &m, fds, hint_fd, s, vi->req_pid, pidfd);
         if (r == VIP_SUCCESS)
             *rattrs = shm_attrs_of(&m);
         else if (relay)
@@ -811,6 +843,9 @@ VIP_RETURN shm_connect_finish(struct vipl_vi *cvi, const struct timespec *deadli
     }
     if (n > 0)
         close_fds(fds, n);
+    if (n >= 0 && hint_fd >= 0)
+        VipxFdClose(hint_fd);
+    shm_hint_release(vi);
     shm_connect_abandon(cvi);
     if (n == -ECONNRESET) /* the listener closed before taking the request */
         return VIP_REJECT;

@@ -94,6 +94,7 @@ static void rebirth(struct shm_cq *cq)
     cq->ns = 0;
     cq->nrelay = 0;
     cq->narmed = 0;
+    shm_hint_forked(cq);
     for (uint32_t i = 0; i < cq->nr; i++) {
         cq->rvis[i]->holder = 0;
         cq->rvis[i]->relay = false;
@@ -167,6 +168,7 @@ void shm_destroy_cq(struct vipl_cq *ccq)
         VipxFdClose(cq->wake_rx);
     if (cq->wake_tx >= 0)
         VipxFdClose(cq->wake_tx);
+    shm_hint_destroy(cq);
     free(cq->send_ring);
     free(cq->rvis);
     free(cq->svis);
@@ -255,6 +257,8 @@ void shm_cq_relay(struct shm_cq *cq, struct shm_vi *vi, bool on)
 void shm_cq_detach(struct shm_cq *cq, struct shm_vi *vi)
 {
     shm_holder_leave(vi);
+    if (&cq->core == vi->core.recv_cq)
+        shm_hint_release(vi);
     pthread_mutex_lock(&cq->lock);
     if (vi->relay) {
         vi->relay = false;

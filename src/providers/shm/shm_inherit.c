@@ -7,7 +7,8 @@
  * the cached peer counters) travels as bytes.
  *
  * Descriptors in VIPX_STATE: ctl, rx, the connection socket, then the
- * peer's ctl, rx, armed page and word page (or wake-up socket).
+ * peer's ctl, rx, armed page and word page (or wake-up socket), and its
+ * readiness hint page for us if it gave one (shm_hint.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@
 
 #define STATE_MAGIC 0x53564958u /* "SVIX" */
 
-enum { FD_CTL, FD_RX, FD_SOCK, FD_PEER, NFDS = FD_PEER + 4 };
+enum { FD_CTL, FD_RX, FD_SOCK, FD_PEER, FD_HINT = FD_PEER + 4, NFDS };
 
 struct vi_state {
     uint32_t magic, version;
@@ -80,9 +81,10 @@ VIP_RETURN shm_vi_export(struct vipl_vi *cvi, VIPX_STATE *st, VIP_ULONG *offsets
         int fds[NFDS] = {vi->ctl_fd, vi->merged ? vi->ctl_fd : vi->rx_fd, peer->sock,
                          peer->kept[0], peer->msg.rx_off ? peer->kept[0] : peer->kept[1],
                          peer->armed_sh ? shm_shared_fd(peer->armed_sh) : peer->kept[2],
-                         peer->msg.wake_sock == SHM_WAKE_SOCKET ? peer->wake_sock : peer->kept[3]};
+                         peer->msg.wake_sock == SHM_WAKE_SOCKET ? peer->wake_sock : peer->kept[3],
+                         peer->hint_sh ? shm_shared_fd(peer->hint_sh) : -1};
         memcpy(st->Fds, fds, sizeof(fds));
-        st->NumFds = NFDS;
+        st->NumFds = peer->hint_sh ? NFDS : FD_HINT;
     }
     shm_unlock(&vi->rq_lock);
     shm_unlock(&vi->sq_lock);
@@ -182,6 +184,8 @@ static int adopt_peer(struct shm_vi *vi, const struct vi_state *s, int *fds)
         return rc;
     }
     memcpy(peer->kept, pfds, sizeof(peer->kept)); /* the word socket went to wake_sock */
+    if (s->peer_msg.wake_sock == SHM_WAKE_SOCKET)
+        shm_hint_map(peer, shm_nic(vi->core.nic), &fds[FD_HINT], s->peer_msg.hint_slot);
     peer->msg = s->peer_msg;
     peer->attrs = shm_attrs_of(&s->peer_msg);
     peer->consumed = s->peer_consumed;
@@ -199,7 +203,7 @@ VIP_RETURN shm_vi_import(struct vipl_vi *cvi, const VIPX_STATE *st)
     struct shm_vi *vi = shm_vi(cvi);
     struct vi_state s;
     int fds[NFDS];
-    bool ok = st->NumFds == NFDS && st->Length == sizeof(s);
+    bool ok = (st->NumFds == NFDS || st->NumFds == FD_HINT) && st->Length == sizeof(s);
     for (int i = 0; i < NFDS; i++)
         fds[i] = i < (int)st->NumFds ? st->Fds[i] : -1;
     if (ok)

@@ -177,6 +177,11 @@ static size_t sealed_size(int fd, int seals)
     return (size_t)st.st_size;
 }
 
+size_t shm_sealed_size(int fd)
+{
+    return sealed_size(fd, SEALS_COMMON);
+}
+
 static bool is_pow2(uint32_t x)
 {
     return x && !(x & (x - 1));
@@ -279,8 +284,8 @@ int shm_peer_map(struct shm_peer *peer, int fds[4], const struct shm_msg *m,
     peer->wake_named = m->wake_sock == SHM_WAKE_NAMED ? m->wake_id : 0;
     if (sock) {
         /* Every connection to this peer CQ names the same two files. */
-        peer->armed_sh = shm_shared_get(snic, &fds[2], armed_len);
-        peer->sock_sh = peer->armed_sh ? shm_shared_get(snic, &fds[3], 0) : NULL;
+        peer->armed_sh = shm_shared_get(snic, &fds[2], armed_len, false);
+        peer->sock_sh = peer->armed_sh ? shm_shared_get(snic, &fds[3], 0, false) : NULL;
         peer->armed_map = peer->armed_sh ? shm_shared_map(peer->armed_sh) : NULL;
         peer->wake_sock = peer->sock_sh ? shm_shared_fd(peer->sock_sh) : -1;
     } else {
@@ -338,6 +343,11 @@ void shm_peer_unmap(struct shm_peer *peer)
         shm_shared_put(peer->nic, peer->sock_sh);
     else if (peer->wake_sock >= 0)
         VipxFdClose(peer->wake_sock);
+    if (peer->hint_sh)
+        shm_shared_put(peer->nic, peer->hint_sh);
+    peer->hint_sh = NULL;
+    peer->hint_word = NULL;
+    peer->hint_words = 0;
     peer->armed_sh = peer->sock_sh = NULL;
     for (int i = 0; i < 4; i++)
         if (peer->kept[i] >= 0)

@@ -95,6 +95,7 @@ static void complete_slot(struct shm_peer *p, uint32_t status, uint32_t length, 
     c->inline_len = inline_len;
     p->consumed++;
     atomic_store_explicit(&c->seq, p->consumed, memory_order_release);
+    shm_hint_set(p); /* after the completion: a taker that sees the bit sees it */
     shm_wake_peer(p);
     /* The next send reads this line; fetch it while the peer works. */
     __builtin_prefetch(&p->ctl->post[p->consumed & p->mask]);

@@ -27,6 +27,7 @@ struct shm_shared {
     int fd;
     void *map; /* NULL for a socket */
     size_t len;
+    bool writable;
     unsigned refs;
 };
 
@@ -35,7 +36,7 @@ void shm_shared_init(struct shm_nic *snic)
     pthread_mutex_init(&snic->shared_lock, NULL);
 }
 
-struct shm_shared *shm_shared_get(struct shm_nic *snic, int *fd, size_t map_len)
+struct shm_shared *shm_shared_get(struct shm_nic *snic, int *fd, size_t map_len, bool writable)
 {
     struct stat st;
     struct shm_shared *e = NULL;
@@ -45,7 +46,8 @@ struct shm_shared *shm_shared_get(struct shm_nic *snic, int *fd, size_t map_len)
     pthread_mutex_lock(&snic->shared_lock);
     for (size_t i = 0; i < snic->nshared; i++) {
         struct shm_shared *o = snic->shared[i];
-        if (o->dev == st.st_dev && o->ino == st.st_ino && o->len == map_len) {
+        if (o->dev == st.st_dev && o->ino == st.st_ino && o->len == map_len &&
+            o->writable == writable) {
             e = o;
             break;
         }
@@ -74,9 +76,9 @@ struct shm_shared *shm_shared_get(struct shm_nic *snic, int *fd, size_t map_len)
         goto fail;
     }
     *e = (struct shm_shared){.dev = st.st_dev, .ino = st.st_ino, .fd = *fd, .len = map_len,
-                             .refs = 1};
+                             .writable = writable, .refs = 1};
     if (map_len) {
-        e->map = mmap(NULL, map_len, PROT_READ, MAP_SHARED, *fd, 0);
+        e->map = mmap(NULL, map_len, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, *fd, 0);
         if (e->map == MAP_FAILED) {
             vipl_fd_pin(*fd, false);
             free(e);
