@@ -587,6 +587,13 @@ void sov_after_fork_child(void)
             continue;
         pthread_mutex_init(&s->wait_lock, NULL);
         pthread_cond_init(&s->cond, NULL);
+        /* Every socket of the table, not only the ones fork_lock_sockets
+         * went by: one accepted into the table behind its pass (before
+         * the table's fork lock) may have a parent's thread asleep on it,
+         * and the child's close then waited for that sleeper forever
+         * (forkstress: a child hung at exit in sov_conn_destroy). */
+        if (s->conn)
+            atomic_store(&s->conn->sleepers, 0);
         if (s->conn && !s->conn->rec)
             s->conn->early_len = 0;
     }
