@@ -281,20 +281,44 @@ class Xhost(unittest.TestCase):
         self.assert_providers(self.records(logs[1])[0], 1, 0)
         self.assert_providers(self.records(logs[0])[0], 0, 1)
 
+    def migrating_client(self, mode, provider):
+        """xhost_echo.py's `mode` client (exec, fork) on host 2 with one
+        connection over fabric to host 1 (the far NIC: provider None): its
+        bytes all in order, and the server's record says it was carried and
+        migrated (to its kernel socket). Returns the server's record."""
+        logs = [os.path.join(self.dir, f"{n}.log") for n in ("s", "c")]
+        if provider:
+            echo = [sys.executable, os.path.join(HERE, "xhost_echo.py")]
+            server = self.start(1, echo + ["server", str(self.port), "1"], True, self.key,
+                                logs[0], provider)
+            self.assertEqual(server.stdout.readline(), "listening\n")
+        else:
+            server = self.start_echo_server(1, 1, logs[0])
+        p = self.start(2, [sys.executable, os.path.join(HERE, "xhost_echo.py"), mode,
+                           ADDRS[0], str(self.port)], True, self.key, logs[1], provider)
+        out = self.finish(p, f"{mode} client")
+        self.assertEqual(out.strip().splitlines()[-1], "ok", out)
+        self.finish(server, "server")
+        srec = self.records(logs[0])[0]
+        self.assertEqual((srec["carried"], srec["migrated"]), (1, 1), srec)
+        return srec
+
     def test_exec_with_far_connection(self):
         """A connection on the far NIC cannot go to the next program image
         (a libfabric endpoint is this process's): it moves to its kernel
         socket before the exec, every byte in order."""
-        logs = [os.path.join(self.dir, f"{n}.log") for n in ("s", "c")]
-        server = self.start_echo_server(1, 1, logs[0])
-        p = self.start(2, [sys.executable, os.path.join(HERE, "xhost_echo.py"), "exec",
-                           ADDRS[0], str(self.port)], True, self.key, logs[1], None)
-        out = self.finish(p, "exec client")
-        self.assertEqual(out.strip().splitlines()[-1], "ok", out)
-        self.finish(server, "server")
-        srec = self.records(logs[0])[0]
-        self.assert_providers(srec, 0, 1)
-        self.assertEqual(srec["migrated"], 1, srec)
+        self.assert_providers(self.migrating_client("exec", None), 0, 1)
+
+    def test_fork_with_far_connection(self):
+        """A process with a connection over fabric forks, the child uses
+        the socket and exits, then the parent: as with kernel TCP, every
+        byte in order (the connection moves to its kernel socket before the
+        fork: a libfabric endpoint is this process's)."""
+        self.assert_providers(self.migrating_client("fork", None), 0, 1)
+
+    def test_fork_over_fabric(self):
+        """The same with SOVIA_PROVIDER=fabric (every connection on it)."""
+        self.migrating_client("fork", FABRIC)
 
     def test_same_host_only_no_libfabric(self):
         """A program that only talks to its own host (a listener on

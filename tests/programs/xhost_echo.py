@@ -20,6 +20,11 @@ sovia-specific in it.
                                            libfabric looked at 2 s after the
                                            echo; says how long its first
                                            connect() + accept() took
+    xhost_echo.py fork HOST PORT            1 MiB echoed, fork: the child echoes
+                                           1 MiB on the same socket and exits
+                                           (closing its copy), then the parent
+                                           echoes 1 MiB more and ends the
+                                           stream: "ok" (or what went wrong)
     xhost_echo.py steps HOST PORT BYTES N   as client, but waits for a line on
                                            stdin before each connection after
                                            the first
@@ -177,6 +182,21 @@ def main():
             return 1
         c.set_inheritable(True)
         os.execv(sys.executable, [sys.executable, __file__, "exec2", str(c.fileno())])
+    if sys.argv[1] == "fork":  # fork HOST PORT: the socket used by both, in turn
+        c = socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=20)
+        if not echo_once(c, 1 << 20):
+            print("bad: before the fork", flush=True)
+            return 1
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if echo_once(c, 1 << 20) else 1)
+        _, status = os.waitpid(pid, 0)
+        if status != 0:
+            print(f"bad: in the child (status {status})", flush=True)
+            return 1
+        ok = exchange(c, 1 << 20)
+        print("ok" if ok else "bad: after the fork", flush=True)
+        return 0 if ok else 1
     if sys.argv[1] == "exec2":
         c = socket.socket(fileno=int(sys.argv[2]))
         c.setblocking(True)  # create_connection left the descriptor O_NONBLOCK
