@@ -23,6 +23,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOVIA = None
+HOSTILE = None  # xhost_hostile.c
 ADDRS = []
 NS = None       # the cluster's name: hosts are namespaces NS-1, NS-2
 FABRIC = "fabric:tcp"
@@ -373,6 +374,52 @@ class Xhost(unittest.TestCase):
         self.assertEqual(crec["kernel"] + crec["fell_back"], 1, crec)
         self.assert_providers(self.records(logs[0])[0], 0, 1)
 
+    HOSTILE_MODES = ["wrongkey", "replay", "truncated", "badmagic", "oversized", "wakeup",
+                     "data", "twohello", "noconfirm", "badconfirm"]
+
+    def hostile(self, provider):
+        """Clients from another host that connect a fabric VI and then break
+        the pairing's rules (xhost_hostile.c: forged, truncated, oversized
+        or replayed proofs, packets before the proof), one after another
+        while two carried connections of a proper client stay open: each
+        such connection goes to kernel TCP with every byte echoed, the
+        server lives on, and the two others are untouched (carried, every
+        byte checked after the hostile ones)."""
+        if not HOSTILE:
+            self.skipTest("no --hostile")
+        logs = [os.path.join(self.dir, f"{n}.log") for n in ("s", "c")]
+        echo = [sys.executable, os.path.join(HERE, "xhost_echo.py")]
+        modes = self.HOSTILE_MODES
+        far = provider is None  # its far side is opened first: one more connection
+        server = self.start(1, echo + ["tserver", str(self.port), str(2 + len(modes) + far)],
+                            True, self.key, logs[0], provider)
+        self.assertEqual(server.stdout.readline(), "listening\n")
+        if far:
+            self.open_far_side(1)
+        client = self.start(2, echo + ["both", ADDRS[0], ADDRS[0], str(self.port),
+                                       str(1 << 20), "hold"],
+                            True, self.key, logs[1], provider, stdin=subprocess.PIPE)
+        self.assertEqual(client.stdout.readline(), "connected\n")
+        env = self.env(None, os.path.join(self.dir, "h.log"), FABRIC)
+        for mode in modes:
+            h = subprocess.run(in_host(2, [HOSTILE, mode, ADDRS[0], str(self.port), self.key]),
+                               capture_output=True, text=True, timeout=60, env=env)
+            self.assertEqual((h.returncode, h.stdout), (0, "ok\n"), f"{mode}: {h.stderr}")
+        out = self.release(client, "client")
+        self.assertEqual(out.strip().splitlines()[-1], "ok 2", out)
+        self.finish(server, "server")
+        srec = self.records(logs[0])[0]
+        self.assertEqual(srec["carried"], 2, srec)
+        self.assertEqual(srec["fell_back"] + srec["kernel"], len(modes) + far, srec)
+        crec = self.records(logs[1])[0]
+        self.assertEqual(crec["carried"], 2, crec)
+
+    def test_hostile_pairing_over_fabric(self):
+        self.hostile(FABRIC)
+
+    def test_hostile_pairing_far_side(self):
+        self.hostile(None)
+
     def test_same_host_over_fabric(self):
         """SOVIA_PROVIDER=fabric forces fabric: the proofs pair a same-host
         connection too (the shm token cannot cross a fabric NIC)."""
@@ -408,11 +455,13 @@ class Xhost(unittest.TestCase):
 
 
 def main():
-    global SOVIA, ADDRS, NS
+    global SOVIA, HOSTILE, ADDRS, NS
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--sovia", required=True)
+    ap.add_argument("--hostile")
     ns, rest = ap.parse_known_args()
     SOVIA = os.path.abspath(ns.sovia)
+    HOSTILE = ns.hostile and os.path.abspath(ns.hostile)
     ADDRS = os.environ.get("SOVIA_CLUSTER_ADDRS", "").split()
     NS = os.environ.get("SOVIA_CLUSTER")
     if len(ADDRS) < 2 or not NS:

@@ -3,6 +3,8 @@
 sovia-specific in it.
 
     xhost_echo.py server PORT CONNS        echo CONNS connections, one at a time
+    xhost_echo.py tserver PORT CONNS       the same, each connection in a thread
+                                           of its own (several open at once)
     xhost_echo.py client HOST PORT BYTES N  N connections, each sends BYTES random
                                            bytes and checks they all come back;
                                            prints "ok N" (or what went wrong)
@@ -63,6 +65,18 @@ def server(port, conns):
     s = listening("0.0.0.0", port)
     print("listening", flush=True)
     serve(s, conns)
+
+
+def tserver(port, conns):
+    s = listening("0.0.0.0", port)
+    print("listening", flush=True)
+    ts = []
+    for _ in range(conns):
+        c, _ = s.accept()
+        ts.append(threading.Thread(target=echo_conn, args=(c,)))
+        ts[-1].start()
+    for t in ts:
+        t.join()
 
 
 def exchange(c, size):
@@ -170,6 +184,9 @@ def local(port, rest):
 def main():
     if sys.argv[1] == "server":
         server(int(sys.argv[2]), int(sys.argv[3]))
+        return 0
+    if sys.argv[1] == "tserver":
+        tserver(int(sys.argv[2]), int(sys.argv[3]))
         return 0
     if sys.argv[1] == "both":
         good = both(sys.argv[2:4], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6:] == ["hold"])
