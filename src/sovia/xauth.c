@@ -84,7 +84,7 @@ int sov_xkey_from_env(struct sov_xkey *key)
 {
     const char *path = getenv("SOVIA_CLUSTER_KEY_FILE");
     if (!path || !*path)
-        return -ENOENT;
+        return -ENOKEY; /* off; a path set to no file is -ENOENT, said */
     return sov_xkey_load(path, key);
 }
 

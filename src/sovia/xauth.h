@@ -43,8 +43,9 @@ struct sov_xkey {
  * MUNGE refuses a key others can read), of SOV_XAUTH_KEY_MIN to _MAX bytes
  * (-EINVAL). */
 int sov_xkey_load(const char *path, struct sov_xkey *key);
-/* SOVIA_CLUSTER_KEY_FILE's key; -ENOENT when it is not set (cross-host
- * carrying is off), else as sov_xkey_load. */
+/* SOVIA_CLUSTER_KEY_FILE's key; -ENOKEY when it is unset or empty
+ * (cross-host carrying is off: there is no default path), else as
+ * sov_xkey_load (-ENOENT: it names no file). */
 int sov_xkey_from_env(struct sov_xkey *key);
 void sov_xkey_wipe(struct sov_xkey *key);
 

@@ -57,7 +57,7 @@ static void xhost_init(void)
     int err = sov_xkey_from_env(&xg.key);
     xg.on = err == 0;
     /* Said once: otherwise a refused key looks like a peer without sovia. */
-    if (err && err != -ENOENT)
+    if (err && err != -ENOKEY)
         fprintf(stderr, "sovia: SOVIA_CLUSTER_KEY_FILE refused (%s): connections to other hosts "
                         "stay on kernel TCP (docs/SECURITY.md, \"Between hosts\")\n",
                 strerror(-err));

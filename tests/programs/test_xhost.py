@@ -153,15 +153,24 @@ class Xhost(unittest.TestCase):
         self.assert_kernel(srec, 2)
         self.assertEqual((crec["carried"], crec["fell_back"], crec["kernel"]), (0, 1, 1), crec)
 
-    def test_key_others_may_read(self):
-        """A key file the group or others may read is refused, and said so
-        (once per process): kernel TCP, correct."""
-        os.chmod(self.key, 0o644)
-        srec, crec = self.echo(True, True, self.key, self.key)
+    def refused_key(self, key, why):
+        """Both ends' key is refused, and said so (once per process):
+        kernel TCP, correct."""
+        srec, crec = self.echo(True, True, key, key)
         self.assertIsNone(srec)  # no shadow listener: its accepts are not counted
         self.assert_kernel(crec, 2)
         for out in (self.client_out, self.server_out):
-            self.assertEqual(out.count("SOVIA_CLUSTER_KEY_FILE refused (Permission"), 1, out)
+            self.assertEqual(out.count(f"SOVIA_CLUSTER_KEY_FILE refused ({why}"), 1, out)
+
+    def test_key_others_may_read(self):
+        """A key file the group or others may read."""
+        os.chmod(self.key, 0o644)
+        self.refused_key(self.key, "Permission")
+
+    def test_key_file_absent(self):
+        """SOVIA_CLUSTER_KEY_FILE naming no file (a typo) is said too, not
+        taken quietly for no key. Unset, there is no default path: off."""
+        self.refused_key(os.path.join(self.dir, "no-such-key"), "No such file")
 
     def test_no_key_on_server(self):
         """A process over fabric without a key makes no shadow listener (it

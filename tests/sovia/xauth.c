@@ -12,7 +12,8 @@
  *  - IPv4 and its IPv4-mapped IPv6 spelling are one tuple;
  *  - the key file: 0600 of ours loads; readable or writable by group or
  *    others, a link, a directory, too short or too long: refused; no
- *    SOVIA_CLUSTER_KEY_FILE: ENOENT; a key over 64 bytes acts as its hash;
+ *    SOVIA_CLUSTER_KEY_FILE (or an empty one): ENOKEY, one that names no
+ *    file: ENOENT; a key over 64 bytes acts as its hash;
  *  - hosts that refused: remembered, forgotten after the delay or when
  *    they answer, the oldest replaced when the table is full; threads
  *    using the table at once.
@@ -393,8 +394,11 @@ static void key_file_checks(void)
     CHECK_EQ(sov_xkey_load(path_in_dir("sub"), &k), -EINVAL);
     CHECK_EQ(sov_xkey_load(path_in_dir("absent"), &k), -ENOENT);
     SYS(unsetenv("SOVIA_CLUSTER_KEY_FILE"));
-    CHECK_EQ(sov_xkey_from_env(&k), -ENOENT);
+    CHECK_EQ(sov_xkey_from_env(&k), -ENOKEY);
     SYS(setenv("SOVIA_CLUSTER_KEY_FILE", "", 1));
+    CHECK_EQ(sov_xkey_from_env(&k), -ENOKEY);
+    /* Set, but to no file (a typo): an error of its own, said on stderr. */
+    SYS(setenv("SOVIA_CLUSTER_KEY_FILE", path_in_dir("absent"), 1));
     CHECK_EQ(sov_xkey_from_env(&k), -ENOENT);
     SYS(setenv("SOVIA_CLUSTER_KEY_FILE", path_in_dir("good"), 1));
     memset(&k, 0, sizeof(k));
