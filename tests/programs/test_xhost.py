@@ -74,10 +74,10 @@ class Xhost(unittest.TestCase):
             e["SOVIA_PROVIDER"] = provider
         return e
 
-    def start(self, host, argv, under, key, log, provider=FABRIC, stdin=None):
+    def start(self, host, argv, under, key, log, provider=FABRIC, stdin=None, extra=None):
         cmd = in_host(host, ([SOVIA, "run"] if under else []) + argv)
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=self.env(key, log, provider), stdin=stdin)
+                             env=dict(self.env(key, log, provider), **(extra or {})), stdin=stdin)
         self.procs.append(p)
         return p
 
@@ -369,8 +369,11 @@ class Xhost(unittest.TestCase):
                             None)
         self.assertEqual(server.stdout.readline(), "listening\n")
         before = self.listening_ports(1)
+        # A crowded host may answer the fabric connect after the default
+        # 100 ms: a timeout holds the host off a minute, a refusal a second.
         client = self.start(2, echo + ["steps", ADDRS[0], str(self.port), str(1 << 20), "2"],
-                            True, self.key, logs[1], None, stdin=subprocess.PIPE)
+                            True, self.key, logs[1], None, stdin=subprocess.PIPE,
+                            extra={"SOVIA_XHOST_CONNECT_MS": "5000"})
         self.assertEqual(client.stdout.readline(), "next?\n")
         t0 = time.monotonic()
         self.wait_far_listening(1, before)
