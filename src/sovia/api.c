@@ -512,6 +512,8 @@ static void share_at_fork(struct sov_sock *s)
  */
 void sov_before_fork(void)
 {
+    /* First, while nothing is held: each waits for its peer's answer. */
+    sov_tp_migrate_fabric();
     for (int fd = 0, n = sov_table_limit(); fd < n; fd++) {
         struct sov_sock *s = sov_lookup(fd);
         if (!s)

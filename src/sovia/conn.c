@@ -982,12 +982,40 @@ int sov_listen_start(struct sov_sock *s, int backlog, bool transparent, uint32_t
         return -EAGAIN;
     }
     l->side[0].started = true;
-    /* Without it, clients on other hosts get kernel TCP: not an error. */
-    l->side[1].started =
-        far && VipxThreadCreate(&l->side[1].thread, NULL, connection_thread, &l->side[1]) == 0;
+    /* The far side waits for a client from another host (sov_listen_far):
+     * a program whose peers are all on this host never loads libfabric. */
+    l->far_wanted = far;
     s->lst = l;
     s->kind = SK_LISTENING;
     return 0;
+}
+
+/* Under s->wait_lock. */
+static struct sov_listener *far_waiting(struct sov_sock *s)
+{
+    struct sov_listener *l = s->lst;
+    return l && l->far_wanted && l->owner == getpid() && !atomic_load(&l->stop) ? l : NULL;
+}
+
+void sov_listen_far(struct sov_sock *s, const struct sockaddr *peer)
+{
+    pthread_mutex_lock(&s->wait_lock); /* sov_listen_stop frees l after taking it */
+    bool waiting = far_waiting(s) != NULL;
+    pthread_mutex_unlock(&s->wait_lock);
+    socklen_t len = peer->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                               : sizeof(struct sockaddr_in6);
+    if (!waiting || sov_addr_is_local(peer, len))
+        return;
+    pthread_mutex_lock(&s->wait_lock);
+    struct sov_listener *l = far_waiting(s);
+    /* Once: a failed start is not retried (that port's clients from
+     * other hosts stay on kernel TCP, as before the far NIC opens). */
+    if (l) {
+        l->far_wanted = false;
+        l->side[1].started =
+            VipxThreadCreate(&l->side[1].thread, NULL, connection_thread, &l->side[1]) == 0;
+    }
+    pthread_mutex_unlock(&s->wait_lock);
 }
 
 /* Stops the connection thread and refuses what is still queued. The
@@ -1007,7 +1035,10 @@ void sov_listen_stop(struct sov_sock *s)
     atomic_store(&l->stop, true);
     VipxUnlisten(sov_g.nic, l->addr); /* wakes VipConnectWait */
     pthread_join(l->side[0].thread, NULL);
-    if (l->side[1].started) {
+    pthread_mutex_lock(&l->s->wait_lock); /* against sov_listen_far */
+    bool far_started = l->side[1].started;
+    pthread_mutex_unlock(&l->s->wait_lock);
+    if (far_started) {
         if (atomic_load(&sov_g.far_open))
             VipxUnlisten(sov_g.far.nic, l->addr);
         pthread_join(l->side[1].thread, NULL);

@@ -47,8 +47,10 @@ struct establishing {
 
 /* A connection thread: the listener's own NIC's, or the far NIC's (far.c:
  * the same port shadowed on the fabric NIC beside shm, for clients on other
- * hosts; that thread opens the far NIC first, so the program's listen()
- * does not wait for libfabric). */
+ * hosts; started when the first such client's kernel connection is
+ * accepted, sov_listen_far, and it opens the far NIC first, so no program
+ * call waits for libfabric and a program whose peers are all on this host
+ * never loads it). */
 struct sov_lside {
     struct sov_listener *l;
     bool far;
@@ -83,6 +85,9 @@ struct sov_listener {
     uint32_t handled;
     pid_t owner; /* the process whose connection thread serves it */
     struct sov_lside side[2]; /* [0]: sov_g.nic's; [1]: the far NIC's, if started */
+    /* side[1] is allocated and waits to start (sov_listen_far; under
+     * s->wait_lock once the listener is published). */
+    bool far_wanted;
     /* A ticketed listener (sovia run, step 6) takes only the clients this
      * process claimed and still waits for in accept(): their ports (under
      * s->wait_lock). Any other, one whose accept() gave up on it, say, is

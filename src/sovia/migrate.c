@@ -673,6 +673,22 @@ static bool survives_unexportable(int fd, const struct sov_conn *c)
     return (c->no_export || c->far) && survives_exec(fd, c);
 }
 
+/* On a fabric NIC (the far one, or the process's own with
+ * SOVIA_PROVIDER=fabric): its endpoint is this process's, its progress
+ * this process's threads', so no child can share it. */
+static bool on_fabric(int fd, const struct sov_conn *c)
+{
+    (void)fd;
+    return c->far || strncmp(sov_provider_name(), "fabric", 6) == 0;
+}
+
+int sov_tp_migrate_fabric(void)
+{
+    if (!atomic_load(&sov_g.far_open) && strncmp(sov_provider_name(), "fabric", 6) != 0)
+        return 0; /* nothing to look at: the usual fork */
+    return migrate_where(on_fabric);
+}
+
 int sov_tp_migrate_all(void)
 {
     atomic_store(&sov_g.inert, true);

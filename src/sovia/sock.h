@@ -763,6 +763,10 @@ const char *sov_provider_name(void);
 /* data.c: receive buffer i posted again (no ACK owed for it). */
 int sov_conn_repost(struct sov_conn *c, unsigned i);
 void sov_listen_stop(struct sov_sock *s);
+/* sovia run with a key beside shm: the kernel connection from `peer` was
+ * accepted; if it is another host's client, the listener's far side starts
+ * (once), in its own thread where libfabric loads, for the next ones. */
+void sov_listen_far(struct sov_sock *s, const struct sockaddr *peer);
 void sov_listen_forked(struct sov_sock *s);
 struct sov_conn *sov_accept_take(struct sov_sock *s, struct sockaddr_storage *peer,
                                  socklen_t *peer_len, bool nonblock, int *err);

@@ -257,6 +257,8 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
     uint64_t patience = 0;
     if (redirected)
         patience = sov_spin_pays(sov_now_ns()) ? REDIRECT_PATIENCE_NS : pair_timeout_ns();
+    if (sov_tp_far_beside())
+        sov_listen_far(l, peer);
     struct sov_conn *c = sov_accept_match(l, fd, peer, patience);
     if (!c)
         return -ENOENT;

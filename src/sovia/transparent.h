@@ -128,6 +128,9 @@ int sov_tp_migrate_inherited(void);
  * program made a name that survives exec since; or they are on the far NIC,
  * far.c): before an exec that loads sovia. */
 int sov_tp_migrate_unexportable(void);
+/* Those on a fabric NIC, before fork: parent and child then share the
+ * kernel socket, as without sovia (a libfabric endpoint cannot be shared). */
+int sov_tp_migrate_fabric(void);
 int sov_tp_unread(int fd, int *bytes);
 /* The last sov_sendv/sov_recvv of this thread failed with EBADF because
  * the socket was closed while it waited (not because it fell back). */

@@ -84,7 +84,7 @@ int sov_xkey_from_env(struct sov_xkey *key)
 {
     const char *path = getenv("SOVIA_CLUSTER_KEY_FILE");
     if (!path || !*path)
-        return -ENOENT;
+        return -ENOKEY; /* off; a path set to no file is -ENOENT, said */
     return sov_xkey_load(path, key);
 }
 
@@ -235,7 +235,8 @@ static struct {
     pthread_mutex_t lock;
     struct xpeer {
         uint8_t addr[16];
-        uint64_t until_ns; /* 0: free */
+        uint64_t until_ns; /* refusing until then */
+        uint64_t hold_ns;  /* 0: a free entry; else its last hold */
     } e[SOV_XPEER_MAX];
 } xpeers = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -252,7 +253,7 @@ static bool host_key(const struct sockaddr *a, uint8_t out[16])
 static struct xpeer *find(const uint8_t addr[16])
 {
     for (unsigned i = 0; i < SOV_XPEER_MAX; i++)
-        if (xpeers.e[i].until_ns && memcmp(xpeers.e[i].addr, addr, 16) == 0)
+        if (xpeers.e[i].hold_ns && memcmp(xpeers.e[i].addr, addr, 16) == 0)
             return &xpeers.e[i];
     return NULL;
 }
@@ -264,28 +265,36 @@ bool sov_xpeer_refusing(const struct sockaddr *host, uint64_t now_ns)
         return false;
     pthread_mutex_lock(&xpeers.lock);
     struct xpeer *p = find(k);
+    /* Past its hold the next connect tries again; the entry stays for
+     * its hold, which the next refusal doubles. */
     bool refusing = p && now_ns < p->until_ns;
-    if (p && !refusing)
-        p->until_ns = 0; /* forgotten: the next connect tries again */
     pthread_mutex_unlock(&xpeers.lock);
     return refusing;
 }
 
-void sov_xpeer_refused(const struct sockaddr *host, uint64_t now_ns)
+void sov_xpeer_refused(const struct sockaddr *host, uint64_t now_ns, bool nobody)
 {
     uint8_t k[16];
     if (!host_key(host, k))
         return;
     pthread_mutex_lock(&xpeers.lock);
     struct xpeer *p = find(k);
-    if (!p) { /* a free one (until_ns 0), else the one forgotten soonest */
+    if (!p) { /* a free one (hold 0), else the one free again soonest */
         p = &xpeers.e[0];
-        for (unsigned i = 1; i < SOV_XPEER_MAX; i++)
-            if (xpeers.e[i].until_ns < p->until_ns)
+        for (unsigned i = 1; i < SOV_XPEER_MAX && p->hold_ns; i++)
+            if (!xpeers.e[i].hold_ns || xpeers.e[i].until_ns < p->until_ns)
                 p = &xpeers.e[i];
+        memcpy(p->addr, k, 16);
+        p->hold_ns = 0;
     }
-    memcpy(p->addr, k, 16);
-    p->until_ns = now_ns + SOV_XPEER_FORGET_NS;
+    /* Nobody listened at its fabric port: the host may not run sovia, or
+     * its listener's far side has not started yet (it starts when a first
+     * client from another host comes, conn.c): held a second, then twice
+     * as long each time, up to the minute of a host that said no. */
+    uint64_t hold = !nobody ? SOV_XPEER_FORGET_NS
+                    : p->hold_ns ? 2 * p->hold_ns : SOV_XPEER_FIRST_NS;
+    p->hold_ns = hold < SOV_XPEER_FORGET_NS ? hold : SOV_XPEER_FORGET_NS;
+    p->until_ns = now_ns + p->hold_ns;
     pthread_mutex_unlock(&xpeers.lock);
 }
 
@@ -297,6 +306,6 @@ void sov_xpeer_answered(const struct sockaddr *host)
     pthread_mutex_lock(&xpeers.lock);
     struct xpeer *p = find(k);
     if (p)
-        p->until_ns = 0;
+        *p = (struct xpeer){0};
     pthread_mutex_unlock(&xpeers.lock);
 }

@@ -43,8 +43,9 @@ struct sov_xkey {
  * MUNGE refuses a key others can read), of SOV_XAUTH_KEY_MIN to _MAX bytes
  * (-EINVAL). */
 int sov_xkey_load(const char *path, struct sov_xkey *key);
-/* SOVIA_CLUSTER_KEY_FILE's key; -ENOENT when it is not set (cross-host
- * carrying is off), else as sov_xkey_load. */
+/* SOVIA_CLUSTER_KEY_FILE's key; -ENOKEY when it is unset or empty
+ * (cross-host carrying is off: there is no default path), else as
+ * sov_xkey_load (-ENOENT: it names no file). */
 int sov_xkey_from_env(struct sov_xkey *key);
 void sov_xkey_wipe(struct sov_xkey *key);
 
@@ -82,13 +83,18 @@ int sov_xauth_confirm_check(const struct sov_xkey *key, const struct sov_xtuple 
                             const uint8_t snonce[SOV_XAUTH_NONCE], const void *msg, size_t len);
 
 /* Hosts that did not answer as sovia hosts (refused, failed the proof or
- * timed out): a connect to one of them does not try fabric again for
- * SOV_XPEER_FORGET_NS, so it costs a table look-up, not a round trip. At
- * most SOV_XPEER_MAX remembered (the oldest goes). Thread-safe. */
+ * timed out): a connect to one of them does not try fabric again for a
+ * while, so it costs a table look-up, not a round trip: SOV_XPEER_FORGET_NS
+ * for one that said no or did not answer, and for one where nobody
+ * listened at the fabric port (`nobody`) SOV_XPEER_FIRST_NS, doubled at
+ * each refusal up to SOV_XPEER_FORGET_NS (a sovia listener there opens its
+ * fabric side only when a first client from another host comes). At most
+ * SOV_XPEER_MAX remembered (the one free again soonest goes). Thread-safe. */
 #define SOV_XPEER_MAX 256
 #define SOV_XPEER_FORGET_NS (60ull * 1000000000u)
+#define SOV_XPEER_FIRST_NS (1000000000ull)
 bool sov_xpeer_refusing(const struct sockaddr *host, uint64_t now_ns);
-void sov_xpeer_refused(const struct sockaddr *host, uint64_t now_ns);
+void sov_xpeer_refused(const struct sockaddr *host, uint64_t now_ns, bool nobody);
 void sov_xpeer_answered(const struct sockaddr *host); /* it runs sovia after all */
 
 #endif

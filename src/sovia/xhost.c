@@ -57,7 +57,7 @@ static void xhost_init(void)
     int err = sov_xkey_from_env(&xg.key);
     xg.on = err == 0;
     /* Said once: otherwise a refused key looks like a peer without sovia. */
-    if (err && err != -ENOENT)
+    if (err && err != -ENOKEY)
         fprintf(stderr, "sovia: SOVIA_CLUSTER_KEY_FILE refused (%s): connections to other hosts "
                         "stay on kernel TCP (docs/SECURITY.md, \"Between hosts\")\n",
                 strerror(-err));
@@ -140,9 +140,10 @@ int sov_xhost_connect(struct sov_conn *c, const struct sockaddr *local, const st
         VIP_VI_ATTRIBUTES ra;
         VIP_RETURN r = VipConnectRequest(c->vi, la, ra_addr, connect_timeout_ms(), &ra);
         if (r != VIP_SUCCESS) {
-            /* Nothing listens there for this port (no sovia, no key, or
-             * not carried): kernel TCP, and no second try for a while. */
-            sov_xpeer_refused(peer, sov_now_ns());
+            /* Nothing listens there for this port (no sovia, no key, not
+             * carried, or a listener whose far side has not started yet),
+             * or no answer: kernel TCP, and no second try for a while. */
+            sov_xpeer_refused(peer, sov_now_ns(), r == VIP_NO_MATCH);
             err = -ECONNREFUSED;
         } else if (ra.MaxTransferSize < c->send_mtu) {
             c->send_mtu = ra.MaxTransferSize;
@@ -234,7 +235,7 @@ int sov_xhost_accept(struct sov_conn *c, int fd)
 void sov_xhost_turned_away(const struct sov_conn *c)
 {
     if (c && c->xh == XH_CLIENT_HELLO && c->xp)
-        sov_xpeer_refused((const struct sockaddr *)&c->xp->server, sov_now_ns());
+        sov_xpeer_refused((const struct sockaddr *)&c->xp->server, sov_now_ns(), false);
 }
 
 void sov_xhost_packet(struct sov_conn *c, VIP_DESCRIPTOR *d, unsigned i)
@@ -258,7 +259,7 @@ void sov_xhost_packet(struct sov_conn *c, VIP_DESCRIPTOR *d, unsigned i)
         } else {
             /* Another key (or none that works): this host will not pair
              * with us; its next connections go to kernel TCP at once. */
-            sov_xpeer_refused((struct sockaddr *)&xp->server, sov_now_ns());
+            sov_xpeer_refused((struct sockaddr *)&xp->server, sov_now_ns(), false);
         }
     } else if (m && xp && c->xh == XH_SERVER_ACCEPTED) {
         err = sov_xauth_confirm_check(&xg.key, &xp->t, xp->cnonce, xp->snonce, m, len);

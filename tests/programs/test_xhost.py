@@ -23,6 +23,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOVIA = None
+HOSTILE = None  # xhost_hostile.c
 ADDRS = []
 NS = None       # the cluster's name: hosts are namespaces NS-1, NS-2
 FABRIC = "fabric:tcp"
@@ -73,10 +74,10 @@ class Xhost(unittest.TestCase):
             e["SOVIA_PROVIDER"] = provider
         return e
 
-    def start(self, host, argv, under, key, log, provider=FABRIC, stdin=None):
+    def start(self, host, argv, under, key, log, provider=FABRIC, stdin=None, extra=None):
         cmd = in_host(host, ([SOVIA, "run"] if under else []) + argv)
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=self.env(key, log, provider), stdin=stdin)
+                             env=dict(self.env(key, log, provider), **(extra or {})), stdin=stdin)
         self.procs.append(p)
         return p
 
@@ -104,13 +105,18 @@ class Xhost(unittest.TestCase):
             if os.path.exists(log):
                 os.unlink(log)
         echo = [sys.executable, os.path.join(HERE, "xhost_echo.py")]
-        server = self.start(server_host, echo + ["server", str(self.port), str(conns)],
+        # A key beside shm: the listener's far side is opened first by a
+        # client from the other host (open_far_side), one more connection.
+        far = provider is None and server_under and server_key and client_host != server_host
+        server = self.start(server_host, echo + ["server", str(self.port), str(conns + far)],
                             server_under, server_key, slog, provider)
         self.server_out = ""  # what it said before it listened (sovia's warning, if any)
         while not self.server_out.endswith("listening\n"):
             line = server.stdout.readline()
             self.assertTrue(line, f"the echo server ended: {self.server_out}")
             self.server_out += line
+        if far:
+            self.open_far_side(server_host)
         client = self.start(client_host, echo + ["client", ADDRS[server_host - 1],
                                                  str(self.port), str(size), str(conns)],
                             client_under, client_key, clog, provider)
@@ -147,15 +153,24 @@ class Xhost(unittest.TestCase):
         self.assert_kernel(srec, 2)
         self.assertEqual((crec["carried"], crec["fell_back"], crec["kernel"]), (0, 1, 1), crec)
 
-    def test_key_others_may_read(self):
-        """A key file the group or others may read is refused, and said so
-        (once per process): kernel TCP, correct."""
-        os.chmod(self.key, 0o644)
-        srec, crec = self.echo(True, True, self.key, self.key)
+    def refused_key(self, key, why):
+        """Both ends' key is refused, and said so (once per process):
+        kernel TCP, correct."""
+        srec, crec = self.echo(True, True, key, key)
         self.assertIsNone(srec)  # no shadow listener: its accepts are not counted
         self.assert_kernel(crec, 2)
         for out in (self.client_out, self.server_out):
-            self.assertEqual(out.count("SOVIA_CLUSTER_KEY_FILE refused (Permission"), 1, out)
+            self.assertEqual(out.count(f"SOVIA_CLUSTER_KEY_FILE refused ({why}"), 1, out)
+
+    def test_key_others_may_read(self):
+        """A key file the group or others may read."""
+        os.chmod(self.key, 0o644)
+        self.refused_key(self.key, "Permission")
+
+    def test_key_file_absent(self):
+        """SOVIA_CLUSTER_KEY_FILE naming no file (a typo) is said too, not
+        taken quietly for no key. Unset, there is no default path: off."""
+        self.refused_key(os.path.join(self.dir, "no-such-key"), "No such file")
 
     def test_no_key_on_server(self):
         """A process over fabric without a key makes no shadow listener (it
@@ -208,12 +223,47 @@ class Xhost(unittest.TestCase):
         self.assert_providers(crec, 0, 2)
 
     def start_echo_server(self, host, conns, log):
+        """An echo server with a key beside shm, its far side open (it
+        serves a first client from the other host, not counted in conns)."""
         echo = [sys.executable, os.path.join(HERE, "xhost_echo.py")]
-        server = self.start(host, echo + ["server", str(self.port), str(conns)], True, self.key,
-                            log, None)
+        server = self.start(host, echo + ["server", str(self.port), str(conns + 1)], True,
+                            self.key, log, None)
         out = server.stdout.readline()
         self.assertEqual(out, "listening\n", out)
+        self.open_far_side(host)
         return server
+
+    def listening_ports(self, host):
+        out = subprocess.run(in_host(host, ["ss", "-Hltn"]), capture_output=True, text=True,
+                             timeout=30).stdout
+        return {line.split()[3].rsplit(":", 1)[1] for line in out.splitlines() if line.strip()}
+
+    def open_far_side(self, host):
+        """A listener's far side starts when a client from another host
+        first comes (here one without sovia, which leaves no trace in any
+        refused-hosts table), and then listens at the port's fabric port:
+        waited for here."""
+        before = self.listening_ports(host)
+        other = 2 if host == 1 else 1
+        subprocess.run(in_host(other, [sys.executable, "-c",
+                                       "import socket,sys; socket.create_connection("
+                                       "(sys.argv[1], int(sys.argv[2])), timeout=20).close()",
+                                       ADDRS[host - 1], str(self.port)]),
+                       check=True, timeout=60)
+        self.wait_far_listening(host, before)
+
+    def wait_far_listening(self, host, before):
+        """Until a port not in `before` listens in the host (the far side's)."""
+        end = time.monotonic() + 30
+        while not self.listening_ports(host) - before:
+            self.assertLess(time.monotonic(), end, "the far side did not listen in 30 s")
+            time.sleep(0.05)
+
+    def release(self, client, what):
+        """A client waiting for a line on stdin goes on; its output."""
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        return self.finish(client, what)
 
     def test_two_nics_at_once(self):
         """One process holds a same-host connection (shm) and one to the
@@ -222,9 +272,6 @@ class Xhost(unittest.TestCase):
         logs = [os.path.join(self.dir, f"{n}.log") for n in ("s1", "s2", "c")]
         s1 = self.start_echo_server(1, 1, logs[0])
         s2 = self.start_echo_server(2, 1, logs[1])
-        # A listener's far NIC opens in its own thread (libfabric's load,
-        # ~0.4 s): a client before it is ready gets kernel TCP.
-        time.sleep(1.5)
         client = self.start(2, [sys.executable, os.path.join(HERE, "xhost_echo.py"), "both",
                                 ADDRS[1], ADDRS[0], str(self.port), str(4 << 20), "hold"],
                             True, self.key, logs[2], None, stdin=subprocess.PIPE)
@@ -236,9 +283,7 @@ class Xhost(unittest.TestCase):
         rows = {r["peer"]: r["provider"] for r in json.loads(st.stdout)}
         self.assertEqual(rows.get(f"{ADDRS[1]}:{self.port}"), "shm", rows)
         self.assertTrue(rows.get(f"{ADDRS[0]}:{self.port}", "").startswith("fabric:"), rows)
-        client.stdin.write("go\n")
-        client.stdin.flush()
-        out = self.finish(client, "client")
+        out = self.release(client, "client")
         self.assertEqual(out.strip().splitlines()[-1], "ok 2", out)
         self.finish(s1, "server on host 1")
         self.finish(s2, "server on host 2")
@@ -246,21 +291,44 @@ class Xhost(unittest.TestCase):
         self.assert_providers(self.records(logs[1])[0], 1, 0)
         self.assert_providers(self.records(logs[0])[0], 0, 1)
 
+    def migrating_client(self, mode, provider):
+        """xhost_echo.py's `mode` client (exec, fork) on host 2 with one
+        connection over fabric to host 1 (the far NIC: provider None): its
+        bytes all in order, and the server's record says it was carried and
+        migrated (to its kernel socket). Returns the server's record."""
+        logs = [os.path.join(self.dir, f"{n}.log") for n in ("s", "c")]
+        if provider:
+            echo = [sys.executable, os.path.join(HERE, "xhost_echo.py")]
+            server = self.start(1, echo + ["server", str(self.port), "1"], True, self.key,
+                                logs[0], provider)
+            self.assertEqual(server.stdout.readline(), "listening\n")
+        else:
+            server = self.start_echo_server(1, 1, logs[0])
+        p = self.start(2, [sys.executable, os.path.join(HERE, "xhost_echo.py"), mode,
+                           ADDRS[0], str(self.port)], True, self.key, logs[1], provider)
+        out = self.finish(p, f"{mode} client")
+        self.assertEqual(out.strip().splitlines()[-1], "ok", out)
+        self.finish(server, "server")
+        srec = self.records(logs[0])[0]
+        self.assertEqual((srec["carried"], srec["migrated"]), (1, 1), srec)
+        return srec
+
     def test_exec_with_far_connection(self):
         """A connection on the far NIC cannot go to the next program image
         (a libfabric endpoint is this process's): it moves to its kernel
         socket before the exec, every byte in order."""
-        logs = [os.path.join(self.dir, f"{n}.log") for n in ("s", "c")]
-        server = self.start_echo_server(1, 1, logs[0])
-        time.sleep(1.5)  # its far NIC (see test_two_nics_at_once)
-        p = self.start(2, [sys.executable, os.path.join(HERE, "xhost_echo.py"), "exec",
-                           ADDRS[0], str(self.port)], True, self.key, logs[1], None)
-        out = self.finish(p, "exec client")
-        self.assertEqual(out.strip().splitlines()[-1], "ok", out)
-        self.finish(server, "server")
-        srec = self.records(logs[0])[0]
-        self.assert_providers(srec, 0, 1)
-        self.assertEqual(srec["migrated"], 1, srec)
+        self.assert_providers(self.migrating_client("exec", None), 0, 1)
+
+    def test_fork_with_far_connection(self):
+        """A process with a connection over fabric forks, the child uses
+        the socket and exits, then the parent: as with kernel TCP, every
+        byte in order (the connection moves to its kernel socket before the
+        fork: a libfabric endpoint is this process's)."""
+        self.assert_providers(self.migrating_client("fork", None), 0, 1)
+
+    def test_fork_over_fabric(self):
+        """The same with SOVIA_PROVIDER=fabric (every connection on it)."""
+        self.migrating_client("fork", FABRIC)
 
     def test_same_host_only_no_libfabric(self):
         """A program that only talks to its own host (a listener on
@@ -268,7 +336,6 @@ class Xhost(unittest.TestCase):
         not; its first connection to another host does."""
         logs = [os.path.join(self.dir, f"{n}.log") for n in ("s", "c")]
         server = self.start_echo_server(2, 1, logs[0])
-        time.sleep(1.5)  # its far NIC (see test_two_nics_at_once)
         p = self.start(1, [sys.executable, os.path.join(HERE, "xhost_echo.py"), "local",
                            str(self.port + 100), ADDRS[1], str(self.port)],
                        True, self.key, logs[1], None)
@@ -277,6 +344,93 @@ class Xhost(unittest.TestCase):
         self.finish(server, "server")
         # Both ends of the local connection are this process's.
         self.assert_providers(self.records(logs[1])[0], 2, 1)
+
+    def test_wildcard_listener_local_only_no_libfabric(self):
+        """A listener on 0.0.0.0 (other hosts could reach it) whose clients
+        are all on this host: its far side never starts, libfabric is not
+        loaded, not even in the background (its load holds the dynamic
+        loader's lock, on which any other dlopen of the process waits)."""
+        log = os.path.join(self.dir, "p.log")
+        p = self.start(1, [sys.executable, os.path.join(HERE, "xhost_echo.py"), "localany",
+                           str(self.port)], True, self.key, log, None)
+        out = self.finish(p, "localany")
+        self.assertEqual([w for w in out.split("\n") if not w.startswith("first")],
+                         ["ok", "libfabric no", ""], out)
+        self.assert_providers(self.records(log)[0], 4, 0)
+
+    def test_far_side_opens_for_first_remote_client(self):
+        """The far side starts when the first client from another host is
+        accepted: that one is on kernel TCP (nobody listened at the fabric
+        port, so its host holds this one off for a second), the same
+        client's next connection after that second is carried."""
+        logs = [os.path.join(self.dir, f"{n}.log") for n in ("s", "c")]
+        echo = [sys.executable, os.path.join(HERE, "xhost_echo.py")]
+        server = self.start(1, echo + ["server", str(self.port), "2"], True, self.key, logs[0],
+                            None)
+        self.assertEqual(server.stdout.readline(), "listening\n")
+        before = self.listening_ports(1)
+        # A crowded host may answer the fabric connect after the default
+        # 100 ms: a timeout holds the host off a minute, a refusal a second.
+        client = self.start(2, echo + ["steps", ADDRS[0], str(self.port), str(1 << 20), "2"],
+                            True, self.key, logs[1], None, stdin=subprocess.PIPE,
+                            extra={"SOVIA_XHOST_CONNECT_MS": "5000"})
+        self.assertEqual(client.stdout.readline(), "next?\n")
+        t0 = time.monotonic()
+        self.wait_far_listening(1, before)
+        time.sleep(max(0.0, t0 + 1.2 - time.monotonic()))  # past the client's hold
+        out = self.release(client, "client")
+        self.assertEqual(out.strip().splitlines()[-1], "ok 2", out)
+        self.finish(server, "server")
+        crec = self.records(logs[1])[0]
+        self.assert_providers(crec, 0, 1)
+        self.assertEqual(crec["kernel"] + crec["fell_back"], 1, crec)
+        self.assert_providers(self.records(logs[0])[0], 0, 1)
+
+    HOSTILE_MODES = ["wrongkey", "replay", "truncated", "badmagic", "oversized", "wakeup",
+                     "data", "twohello", "noconfirm", "badconfirm"]
+
+    def hostile(self, provider):
+        """Clients from another host that connect a fabric VI and then break
+        the pairing's rules (xhost_hostile.c: forged, truncated, oversized
+        or replayed proofs, packets before the proof), one after another
+        while two carried connections of a proper client stay open: each
+        such connection goes to kernel TCP with every byte echoed, the
+        server lives on, and the two others are untouched (carried, every
+        byte checked after the hostile ones)."""
+        if not HOSTILE:
+            self.skipTest("no --hostile")
+        logs = [os.path.join(self.dir, f"{n}.log") for n in ("s", "c")]
+        echo = [sys.executable, os.path.join(HERE, "xhost_echo.py")]
+        modes = self.HOSTILE_MODES
+        far = provider is None  # its far side is opened first: one more connection
+        server = self.start(1, echo + ["tserver", str(self.port), str(2 + len(modes) + far)],
+                            True, self.key, logs[0], provider)
+        self.assertEqual(server.stdout.readline(), "listening\n")
+        if far:
+            self.open_far_side(1)
+        client = self.start(2, echo + ["both", ADDRS[0], ADDRS[0], str(self.port),
+                                       str(1 << 20), "hold"],
+                            True, self.key, logs[1], provider, stdin=subprocess.PIPE)
+        self.assertEqual(client.stdout.readline(), "connected\n")
+        env = self.env(None, os.path.join(self.dir, "h.log"), FABRIC)
+        for mode in modes:
+            h = subprocess.run(in_host(2, [HOSTILE, mode, ADDRS[0], str(self.port), self.key]),
+                               capture_output=True, text=True, timeout=60, env=env)
+            self.assertEqual((h.returncode, h.stdout), (0, "ok\n"), f"{mode}: {h.stderr}")
+        out = self.release(client, "client")
+        self.assertEqual(out.strip().splitlines()[-1], "ok 2", out)
+        self.finish(server, "server")
+        srec = self.records(logs[0])[0]
+        self.assertEqual(srec["carried"], 2, srec)
+        self.assertEqual(srec["fell_back"] + srec["kernel"], len(modes) + far, srec)
+        crec = self.records(logs[1])[0]
+        self.assertEqual(crec["carried"], 2, crec)
+
+    def test_hostile_pairing_over_fabric(self):
+        self.hostile(FABRIC)
+
+    def test_hostile_pairing_far_side(self):
+        self.hostile(None)
 
     def test_same_host_over_fabric(self):
         """SOVIA_PROVIDER=fabric forces fabric: the proofs pair a same-host
@@ -313,11 +467,13 @@ class Xhost(unittest.TestCase):
 
 
 def main():
-    global SOVIA, ADDRS, NS
+    global SOVIA, HOSTILE, ADDRS, NS
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--sovia", required=True)
+    ap.add_argument("--hostile")
     ns, rest = ap.parse_known_args()
     SOVIA = os.path.abspath(ns.sovia)
+    HOSTILE = ns.hostile and os.path.abspath(ns.hostile)
     ADDRS = os.environ.get("SOVIA_CLUSTER_ADDRS", "").split()
     NS = os.environ.get("SOVIA_CLUSTER")
     if len(ADDRS) < 2 or not NS:

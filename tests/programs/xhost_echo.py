@@ -3,6 +3,8 @@
 sovia-specific in it.
 
     xhost_echo.py server PORT CONNS        echo CONNS connections, one at a time
+    xhost_echo.py tserver PORT CONNS       the same, each connection in a thread
+                                           of its own (several open at once)
     xhost_echo.py client HOST PORT BYTES N  N connections, each sends BYTES random
                                            bytes and checks they all come back;
                                            prints "ok N" (or what went wrong)
@@ -16,9 +18,24 @@ sovia-specific in it.
                                            then one to HOST); prints "ok" and
                                            whether libfabric is mapped after
                                            each ("libfabric no" / "yes")
+    xhost_echo.py localany PORT             the same, its listener on 0.0.0.0,
+                                           libfabric looked at 2 s after the
+                                           echo; says how long its first
+                                           connect() + accept() took
+    xhost_echo.py fork HOST PORT            1 MiB echoed, fork: the child echoes
+                                           1 MiB on the same socket (one thread)
+                                           and exits
+                                           (closing its copy), then the parent
+                                           echoes 1 MiB more and ends the
+                                           stream: "ok" (or what went wrong)
+    xhost_echo.py steps HOST PORT BYTES N   as client, but waits for a line on
+                                           stdin before each connection after
+                                           the first
 """
+import time
 import hashlib
 import os
+import select
 import socket
 import sys
 import threading
@@ -32,21 +49,36 @@ def listening(addr, port):
     return s
 
 
+def echo_conn(c):
+    with c:
+        while True:
+            b = c.recv(65536)
+            if not b:
+                break
+            c.sendall(b)
+
+
 def serve(s, conns):
     for _ in range(conns):
-        c, _ = s.accept()
-        with c:
-            while True:
-                b = c.recv(65536)
-                if not b:
-                    break
-                c.sendall(b)
+        echo_conn(s.accept()[0])
 
 
 def server(port, conns):
     s = listening("0.0.0.0", port)
     print("listening", flush=True)
     serve(s, conns)
+
+
+def tserver(port, conns):
+    s = listening("0.0.0.0", port)
+    print("listening", flush=True)
+    ts = []
+    for _ in range(conns):
+        c, _ = s.accept()
+        ts.append(threading.Thread(target=echo_conn, args=(c,)))
+        ts[-1].start()
+    for t in ts:
+        t.join()
 
 
 def exchange(c, size):
@@ -82,6 +114,23 @@ def echo_once(c, size):
     return bytes(got) == data
 
 
+def pump(c, size):
+    """echo_once in one thread: size bytes out and back through select()."""
+    data, sent, got = os.urandom(size), 0, bytearray()
+    while len(got) < size:
+        r, w, _ = select.select([c], [c] if sent < size else [], [], 20)
+        if not r and not w:
+            return False
+        if w:
+            sent += c.send(data[sent:sent + 65536])
+        if r:
+            b = c.recv(65536)
+            if not b:
+                return False
+            got += b
+    return bytes(got) == data
+
+
 def one(host, port, size):
     with socket.create_connection((host, port), timeout=20) as c:
         return exchange(c, size)
@@ -112,6 +161,29 @@ def libfabric_mapped():
         return "yes" if "libfabric" in f.read() else "no"
 
 
+def local_any(port):
+    """A listener any host could reach, used by this host only: sovia has
+    no reason to load libfabric (its far side waits for another host's
+    client). 2 s is five times what loading it takes here."""
+    s = listening("0.0.0.0", port)
+    t0 = time.perf_counter()
+    c = socket.create_connection(("127.0.0.1", port), timeout=20)
+    a, _ = s.accept()
+    took = time.perf_counter() - t0
+    c.close()
+    a.close()
+    print(f"first connect+accept {took * 1e3:.2f} ms", file=sys.stderr, flush=True)
+    t = threading.Thread(target=serve, args=(s, 1))
+    t.start()
+    ok = one("127.0.0.1", port, 1 << 20)
+    t.join()
+    time.sleep(2)
+    print("ok" if ok else "bad: the local exchange differs", flush=True)
+    print(f"libfabric {libfabric_mapped()}", flush=True)
+    s.close()
+    return 0 if ok else 1
+
+
 def local(port, rest):
     s = listening("127.0.0.1", port)
     t = threading.Thread(target=serve, args=(s, 1))
@@ -132,6 +204,9 @@ def main():
     if sys.argv[1] == "server":
         server(int(sys.argv[2]), int(sys.argv[3]))
         return 0
+    if sys.argv[1] == "tserver":
+        tserver(int(sys.argv[2]), int(sys.argv[3]))
+        return 0
     if sys.argv[1] == "both":
         good = both(sys.argv[2:4], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6:] == ["hold"])
         print(f"ok {good}" if good == 2 else f"bad: {2 - good} of 2 connections differ", flush=True)
@@ -143,6 +218,21 @@ def main():
             return 1
         c.set_inheritable(True)
         os.execv(sys.executable, [sys.executable, __file__, "exec2", str(c.fileno())])
+    if sys.argv[1] == "fork":  # fork HOST PORT: the socket used by both, in turn
+        c = socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=20)
+        if not echo_once(c, 1 << 20):
+            print("bad: before the fork", flush=True)
+            return 1
+        pid = os.fork()
+        if pid == 0:  # no thread here (ThreadSanitizer's preload cannot have one)
+            os._exit(0 if pump(c, 1 << 20) else 1)
+        _, status = os.waitpid(pid, 0)
+        if status != 0:
+            print(f"bad: in the child (status {status})", flush=True)
+            return 1
+        ok = exchange(c, 1 << 20)
+        print("ok" if ok else "bad: after the fork", flush=True)
+        return 0 if ok else 1
     if sys.argv[1] == "exec2":
         c = socket.socket(fileno=int(sys.argv[2]))
         c.setblocking(True)  # create_connection left the descriptor O_NONBLOCK
@@ -151,8 +241,15 @@ def main():
         return 0 if ok else 1
     if sys.argv[1] == "local":
         return local(int(sys.argv[2]), sys.argv[3:])
+    if sys.argv[1] == "localany":
+        return local_any(int(sys.argv[2]))
     host, port, size, n = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-    good = sum(one(host, port, size) for _ in range(n))
+    good = 0
+    for i in range(n):
+        if sys.argv[1] == "steps" and i:
+            print("next?", flush=True)
+            sys.stdin.readline()
+        good += one(host, port, size)
     print(f"ok {good}" if good == n else f"bad: {n - good} of {n} connections differ", flush=True)
     return 0 if good == n else 1
 

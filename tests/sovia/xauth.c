@@ -12,7 +12,8 @@
  *  - IPv4 and its IPv4-mapped IPv6 spelling are one tuple;
  *  - the key file: 0600 of ours loads; readable or writable by group or
  *    others, a link, a directory, too short or too long: refused; no
- *    SOVIA_CLUSTER_KEY_FILE: ENOENT; a key over 64 bytes acts as its hash;
+ *    SOVIA_CLUSTER_KEY_FILE (or an empty one): ENOKEY, one that names no
+ *    file: ENOENT; a key over 64 bytes acts as its hash;
  *  - hosts that refused: remembered, forgotten after the delay or when
  *    they answer, the oldest replaced when the table is full; threads
  *    using the table at once.
@@ -393,8 +394,11 @@ static void key_file_checks(void)
     CHECK_EQ(sov_xkey_load(path_in_dir("sub"), &k), -EINVAL);
     CHECK_EQ(sov_xkey_load(path_in_dir("absent"), &k), -ENOENT);
     SYS(unsetenv("SOVIA_CLUSTER_KEY_FILE"));
-    CHECK_EQ(sov_xkey_from_env(&k), -ENOENT);
+    CHECK_EQ(sov_xkey_from_env(&k), -ENOKEY);
     SYS(setenv("SOVIA_CLUSTER_KEY_FILE", "", 1));
+    CHECK_EQ(sov_xkey_from_env(&k), -ENOKEY);
+    /* Set, but to no file (a typo): an error of its own, said on stderr. */
+    SYS(setenv("SOVIA_CLUSTER_KEY_FILE", path_in_dir("absent"), 1));
     CHECK_EQ(sov_xkey_from_env(&k), -ENOENT);
     SYS(setenv("SOVIA_CLUSTER_KEY_FILE", path_in_dir("good"), 1));
     memset(&k, 0, sizeof(k));
@@ -418,7 +422,7 @@ static void refused_hosts(void)
     struct sockaddr_in6 a6 = in6("::ffff:10.213.1.2", 1);
     uint64_t t0 = 1000;
     CHECK(!sov_xpeer_refusing((struct sockaddr *)&a, t0));
-    sov_xpeer_refused((struct sockaddr *)&a, t0);
+    sov_xpeer_refused((struct sockaddr *)&a, t0, false);
     /* The host, whatever the port or spelling. */
     CHECK(sov_xpeer_refusing((struct sockaddr *)&a, t0 + 1));
     CHECK(sov_xpeer_refusing((struct sockaddr *)&a2, t0 + 1));
@@ -426,14 +430,29 @@ static void refused_hosts(void)
     CHECK(!sov_xpeer_refusing((struct sockaddr *)&b, t0 + 1));
     CHECK(sov_xpeer_refusing((struct sockaddr *)&a, t0 + SOV_XPEER_FORGET_NS - 1));
     CHECK(!sov_xpeer_refusing((struct sockaddr *)&a, t0 + SOV_XPEER_FORGET_NS));
-    sov_xpeer_refused((struct sockaddr *)&a, t0);
+    sov_xpeer_refused((struct sockaddr *)&a, t0, false);
     sov_xpeer_answered((struct sockaddr *)&a2);
     CHECK(!sov_xpeer_refusing((struct sockaddr *)&a, t0 + 1));
+    /* Nobody listened at its fabric port: a second, then twice as long at
+     * each refusal, up to the minute; an answer starts it over. */
+    uint64_t t = t0, hold = SOV_XPEER_FIRST_NS;
+    for (int i = 0; i < 10; i++) {
+        sov_xpeer_refused((struct sockaddr *)&a, t, true);
+        CHECK(sov_xpeer_refusing((struct sockaddr *)&a, t + hold - 1));
+        CHECK(!sov_xpeer_refusing((struct sockaddr *)&a, t + hold));
+        t += hold;
+        hold = 2 * hold < SOV_XPEER_FORGET_NS ? 2 * hold : SOV_XPEER_FORGET_NS;
+    }
+    CHECK_EQ(hold, SOV_XPEER_FORGET_NS);
+    sov_xpeer_answered((struct sockaddr *)&a);
+    sov_xpeer_refused((struct sockaddr *)&a, t, true);
+    CHECK(!sov_xpeer_refusing((struct sockaddr *)&a, t + SOV_XPEER_FIRST_NS));
+    sov_xpeer_answered((struct sockaddr *)&a);
     /* Full: the oldest goes, the newer stay. */
     for (unsigned i = 0; i <= SOV_XPEER_MAX; i++) {
         struct sockaddr_in h = in4("10.214.0.0", 80);
         h.sin_addr.s_addr = htonl(ntohl(h.sin_addr.s_addr) + i);
-        sov_xpeer_refused((struct sockaddr *)&h, t0 + i);
+        sov_xpeer_refused((struct sockaddr *)&h, t0 + i, false);
     }
     struct sockaddr_in first = in4("10.214.0.0", 80), second = in4("10.214.0.1", 80),
                        last = in4("10.214.0.0", 80);
@@ -451,7 +470,7 @@ static void *churn(void *arg)
         struct sockaddr_in h = in4("10.215.0.0", 80);
         h.sin_addr.s_addr = htonl(ntohl(h.sin_addr.s_addr) + (i * 7 + seed) % 300);
         if (i % 3 == 0)
-            sov_xpeer_refused((struct sockaddr *)&h, i);
+            sov_xpeer_refused((struct sockaddr *)&h, i, i % 2);
         else if (i % 3 == 1)
             (void)sov_xpeer_refusing((struct sockaddr *)&h, i);
         else
@@ -468,7 +487,7 @@ static void refused_threads(void)
     for (int i = 0; i < 4; i++)
         CHECK_EQ(pthread_join(t[i], NULL), 0);
     struct sockaddr_in h = in4("10.216.0.1", 80);
-    sov_xpeer_refused((struct sockaddr *)&h, 5);
+    sov_xpeer_refused((struct sockaddr *)&h, 5, true);
     CHECK(sov_xpeer_refusing((struct sockaddr *)&h, 6));
 }
 
