@@ -1127,6 +1127,7 @@ ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
     bool handled = false; /* the last wait handled a packet: no poll now */
     for (;;) {
         struct sov_conn *c = s->conn;
+        bool from_spin = handled;
         if (!handled)
             sov_progress(s);
         handled = false;
@@ -1144,8 +1145,15 @@ ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
         if (sov_readable(s) && !s->rd_shut) {
             got += read_step(s, c, iov, iovcnt, got, want, peek);
             bool at_mark = c->urg && c->urg_ahead == 0;
-            if (got == want || (got && (!waitall || at_mark)))
+            if (got == want || (got && (!waitall || at_mark))) {
+                /* The spin's packet alone was read, and there is room: what
+                 * came with it is read too (one look), as when a poll of
+                 * the queue came before the read (a stream's receiver). */
+                if (from_spin && got < want && !at_mark && !peek && sov_progress(s) > 0 &&
+                    !sov_mig_answer_moving(s->conn) && sov_readable(s) && !s->rd_shut)
+                    got += read_step(s, s->conn, iov, iovcnt, got, want, false);
                 return (ssize_t)got;
+            }
             continue;
         }
         if (s->rd_shut)
