@@ -412,6 +412,11 @@ static int post(struct sov_conn *c, enum sov_pkt type, uint32_t extra, const voi
         c->stats.acks_piggybacked += acks;
     if (type == PKT_ACK)
         c->stats.ack_packets_sent++;
+    /* The slot the next post takes, reaped now that this packet left
+     * rather than in next_free before the next one goes: in a ping-pong
+     * that is on the wait for the reply, not in front of our own reply. */
+    if (c->s_next - c->s_reaped >= c->nsend)
+        reap(c);
     return 0;
 }
 

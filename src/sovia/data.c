@@ -493,12 +493,46 @@ static int wait_for_handler(struct sov_sock *s)
 }
 
 /*
+ * A receive's POLL wait (SOVIA_WAIT=poll) on a connection of its own: turns
+ * of receive polling alone, each dropping the lock for a moment as
+ * sov_wait's turn does, until a packet comes (handled here: true) or
+ * SPIN_TURNS went by, the socket closed, or the connection changed (false:
+ * the caller looks at everything again). A turn of the caller's loop
+ * (sov_progress, the checks of sov_do_recv, sov_wait) was 170 instructions
+ * where this is the poll alone (~75); and the caller need not poll again for
+ * the packet handled here (issue 16). Not where the connection migrates or
+ * is shared (sov_progress's other work, the record's entering on each lock).
+ */
+#define SPIN_TURNS 64
+static bool spin_for_packet(struct sov_sock *s, struct sov_conn *c)
+{
+    if (c->mig_auto || c->rec || c->cfg.wait_mode != SOV_WAIT_POLL)
+        return false;
+    for (unsigned k = 0; k < SPIN_TURNS; k++) {
+        sov_sock_unlock(s);
+        sov_sock_lock(s);
+        if (s->dead || s->conn != c || c->mig_auto)
+            return false;
+        VIP_DESCRIPTOR *d;
+        if (VipRecvDone(c->vi, &d) == VIP_SUCCESS) {
+            sov_handle_packet(s, d);
+            if (s->conn && s->conn->mig_auto) /* as sov_progress would, after it */
+                sov_mig_step(s);
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
  * Waits a little for something to happen on the socket, per the wait mode:
  * POLL spins, BLOCK sleeps, ADAPTIVE spins for spin_us (counted from
  * *spun_since, 0 on the first call) and then sleeps. Returns 0 to re-check,
- * -EINTR, or -EBADF when the socket was closed meanwhile.
+ * -EINTR, or -EBADF when the socket was closed meanwhile. With `handled`
+ * (a receive's wait), a POLL wait may handle the next packet itself
+ * (spin_for_packet) and says so there.
  */
-int sov_wait(struct sov_sock *s, uint64_t *spun_since)
+static int wait_turn(struct sov_sock *s, uint64_t *spun_since, bool *handled)
 {
     struct sov_conn *c = s->conn;
     int rc = 0;
@@ -524,8 +558,10 @@ int sov_wait(struct sov_sock *s, uint64_t *spun_since)
             /* No pause instruction: it costs ~140 cycles on recent cores and
              * would delay noticing the packet; dropping the lock for a
              * moment is enough to let another thread of this socket in. */
-            sov_sock_unlock(s);
-            sov_sock_lock(s);
+            if (!handled || !c || !(*handled = spin_for_packet(s, c))) {
+                sov_sock_unlock(s);
+                sov_sock_lock(s);
+            }
         } else {
             rc = block_on_cq(s);
         }
@@ -533,6 +569,11 @@ int sov_wait(struct sov_sock *s, uint64_t *spun_since)
     if (s->dead)
         return -EBADF;
     return rc;
+}
+
+int sov_wait(struct sov_sock *s, uint64_t *spun_since)
+{
+    return wait_turn(s, spun_since, NULL);
 }
 
 /* ---- Sending ---------------------------------------------------------------- */
@@ -755,8 +796,46 @@ static ssize_t send_moved(struct sov_sock *s, const struct cursor *u, int flags,
     return (ssize_t)sent + r;
 }
 
+/*
+ * The usual send(fd, buf, small, 0): one piece that goes as one copied
+ * DATA packet now (no combining, nothing combined before it, a credit in
+ * hand, the stream on the VI). What the loop of sov_do_send would do for
+ * it, without its cursor and its checks for the cases excluded here: on a
+ * 4-byte ping-pong that work was a quarter of sovia's send (issue 16).
+ * False: not this case (the caller takes the general path); else *r is
+ * the send's result.
+ */
+static bool send_small(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags,
+                       ssize_t *r)
+{
+    struct sov_conn *c = s->conn;
+    size_t a = iov[0].iov_len;
+    if (iovcnt != 1 || a == 0 || a > c->send_mtu || (flags & MSG_OOB) || c->clen ||
+        c->credits == 0 || c->reset || c->wr_shut || c->peer_gone || leaving_vi(c) ||
+        (c->cfg.combine && !s->nodelay && !c->rec) ||
+        (c->cfg.copy_mode != SOV_COPY && (a > c->cfg.copy_threshold || c->cfg.copy_mode == SOV_REG)))
+        return false;
+    uint8_t *b = sov_stage(c);
+    memcpy(b, iov[0].iov_base, a);
+    int rc = sov_post_packet(c, PKT_DATA, b, (uint32_t)a, c->sbuf_mh);
+    if (rc) {
+        sov_sends_out(s->conn);
+        *r = rc == -ECONNRESET || rc == -EPIPE ? send_error(s) : rc;
+        return true;
+    }
+    c->stats.copied_sends++;
+    sent_packet(c, a);
+    sov_sends_out(c);
+    sov_repost_deferred(c); /* the data left first; now the repost */
+    *r = (ssize_t)a;
+    return true;
+}
+
 ssize_t sov_do_send(struct sov_sock *s, const struct iovec *iov, int iovcnt, int flags)
 {
+    ssize_t r;
+    if (s->kind == SK_CONNECTED && iovcnt > 0 && send_small(s, iov, iovcnt, flags, &r))
+        return r;
     if (s->kind == SK_CONNECTING)
         return -EAGAIN;
     if (s->kind != SK_CONNECTED)
@@ -889,9 +968,42 @@ static ssize_t send_urgent(struct sov_sock *s, const struct iovec *iov, int iovc
 /* Passes over `skip` unread bytes, then copies up to `max` into the iovec
  * from byte `at` on. Consumes them (reposting emptied buffers) unless
  * `peek`. Returns the bytes copied. */
+/* copy_out's usual case: a read into one buffer, no urgent mark pending,
+ * of the head packet alone (it holds all that fits, or it is the only
+ * one). Its general loop was half of sovia's receive on a 4-byte
+ * ping-pong (issue 16). SIZE_MAX: not this case. */
+static size_t copy_head(struct sov_conn *c, const struct iovec *iov, int iovcnt, size_t at,
+                        size_t skip, size_t max, bool peek)
+{
+    if (peek || skip || at || iovcnt != 1 || c->urg || c->rq_count == 0)
+        return SIZE_MAX;
+    unsigned i = c->recvq[c->rq_head];
+    size_t off = c->rq_off, blen = c->rdesc[i].CS.Length, n = blen - off;
+    size_t room = max < iov[0].iov_len ? max : iov[0].iov_len;
+    if (n < room && c->rq_count > 1)
+        return SIZE_MAX;
+    if (n > room)
+        n = room;
+    memcpy(iov[0].iov_base, c->arena + (size_t)i * c->cfg.mtu + off, n);
+    c->rx_bytes -= n;
+    c->taken += n;
+    if (off + n < blen) {
+        c->rq_off = off + n;
+        return n;
+    }
+    c->rq_off = 0;
+    c->rq_head = sov_rq_slot(c, 1);
+    c->rq_count--;
+    consumed(c, i);
+    return n;
+}
+
 static size_t copy_out(struct sov_conn *c, const struct iovec *iov, int iovcnt, size_t at,
                        size_t skip, size_t max, bool peek)
 {
+    size_t head = copy_head(c, iov, iovcnt, at, skip, max, peek);
+    if (head != SIZE_MAX)
+        return head;
     size_t done = 0, passed = 0, off = c->rq_off;
     unsigned q = 0;
     int k = 0;
@@ -1012,9 +1124,13 @@ ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
     bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
     size_t got = 0;
     uint64_t spun = 0;
+    bool handled = false; /* the last wait handled a packet: no poll now */
     for (;;) {
         struct sov_conn *c = s->conn;
-        sov_progress(s);
+        bool from_spin = handled;
+        if (!handled)
+            sov_progress(s);
+        handled = false;
         if (c->clen)
             sov_flush(s, false); /* condition (4): recv() sends what is combined */
         c = s->conn;
@@ -1029,8 +1145,15 @@ ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
         if (sov_readable(s) && !s->rd_shut) {
             got += read_step(s, c, iov, iovcnt, got, want, peek);
             bool at_mark = c->urg && c->urg_ahead == 0;
-            if (got == want || (got && (!waitall || at_mark)))
+            if (got == want || (got && (!waitall || at_mark))) {
+                /* The spin's packet alone was read, and there is room: what
+                 * came with it is read too (one look), as when a poll of
+                 * the queue came before the read (a stream's receiver). */
+                if (from_spin && got < want && !at_mark && !peek && sov_progress(s) > 0 &&
+                    !sov_mig_answer_moving(s->conn) && sov_readable(s) && !s->rd_shut)
+                    got += read_step(s, s->conn, iov, iovcnt, got, want, false);
                 return (ssize_t)got;
+            }
             continue;
         }
         if (s->rd_shut)
@@ -1054,7 +1177,7 @@ ssize_t sov_do_recv(struct sov_sock *s, const struct iovec *iov, int iovcnt, int
         }
         if (nonblock)
             return got ? (ssize_t)got : -EAGAIN;
-        int rc = sov_wait(s, &spun);
+        int rc = wait_turn(s, &spun, &handled);
         if (rc)
             return got ? (ssize_t)got : rc;
     }

@@ -243,12 +243,19 @@ static void reader(int chan, void *arg)
 int main(void)
 {
     s_init("stream", 110);
+    /* STREAM_MAX_MIB caps each run (a second pass over another way of
+     * waiting, tests/sovia/CMakeLists.txt, within the watchdog's time). */
+    const char *cap_env = getenv("STREAM_MAX_MIB");
+    uint64_t cap = cap_env ? strtoull(cap_env, NULL, 10) * MIB : 0;
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        struct run r = runs[i];
+        if (cap && r.bytes > cap)
+            r.bytes = cap;
         char name[64];
-        snprintf(name, sizeof name, "%s_%lluMiB", runs[i].label ? runs[i].label : "default",
-                 (unsigned long long)(runs[i].bytes / MIB));
+        snprintf(name, sizeof name, "%s_%lluMiB", r.label ? r.label : "default",
+                 (unsigned long long)(r.bytes / MIB));
         if (s_case(name))
-            s_run_pair("reader", reader, "writer", writer, (void *)&runs[i]);
+            s_run_pair("reader", reader, "writer", writer, &r);
     }
     s_pass();
 }
