@@ -665,6 +665,7 @@ int sov_post_packet(struct sov_conn *c, enum sov_pkt type, const void *data, uin
                     VIP_MEM_HANDLE mh);
 int sov_post_urgent(struct sov_conn *c, const void *data, uint32_t len, VIP_MEM_HANDLE mh);
 int sov_post_migrate(struct sov_conn *c, uint32_t sub);
+int sov_post_redirect(struct sov_conn *c, uint32_t ticket); /* a claim's redirect */
 
 /* migrate.c: back to the kernel connection in mid-stream (sovia run). */
 /* Our end leaves: 0 when the kernel socket carries the stream from now on
@@ -788,6 +789,18 @@ int sov_flush(struct sov_sock *s, bool may_block);
 int sov_send_fin(struct sov_sock *s);
 void sov_repost_deferred(struct sov_conn *c);
 int sov_wait(struct sov_sock *s, uint64_t *spun_since); /* 0, -EINTR */
+/* One turn of sov_wait; with `handled`, a POLL wait may handle the next
+ * packet itself and says so there (a receive's wait). */
+int sov_wait_turn(struct sov_sock *s, uint64_t *spun_since, bool *handled);
+
+/* HANDLER and NOTIFY take a connection over once it is established
+ * (sov_conn_attach_handling); a sovia run connection awaiting its pairing
+ * has nobody but its callers to see the peer's WAKEUP. (Shared connections
+ * get a record only with SINGLE handling: shared.c.) */
+static inline bool sov_handled_elsewhere(const struct sov_sock *s, const struct sov_conn *c)
+{
+    return c->cfg.handling != SOV_SINGLE && !s->tp_waiting;
+}
 /* How long a poller spins before it sleeps (the process's wait mode:
  * UINT64_MAX for SOVIA_WAIT=poll, which always spins). */
 uint64_t sov_poll_spin_ns(void);
