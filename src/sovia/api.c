@@ -493,6 +493,7 @@ static void share_at_fork(struct sov_sock *s)
         if (VipQueryVi(c->vi, &st, NULL, NULL, NULL) == VIP_SUCCESS && st == VIP_STATE_CONNECTED) {
             if (!c->shared)
                 VipxViShare(c->vi);
+            sov_conn_handle_in_calls(s); /* a record needs it (shared.c) */
             /* Without a record, one process at a time may use it. A
              * shared one has none when it was ours alone again. */
             sov_shared_begin(s, 2);

@@ -61,7 +61,7 @@ static void *handler_thread(void *arg)
         /* Sockets are recycled, never freed: if this one was closed (or
          * reused) meanwhile, its connection no longer has this VI. */
         sov_sock_lock(s);
-        if (s->conn && s->conn->vi == vi)
+        if (s->conn && s->conn->vi == vi && s->conn->cfg.handling == SOV_HANDLER)
             handle_all(s, NULL);
         sov_sock_unlock(s);
         sov_wake_waiters(s);
@@ -134,4 +134,18 @@ void sov_conn_detach_handling(struct sov_sock *s)
             break;
         }
     pthread_mutex_unlock(&map_lock);
+}
+
+/* Before fork (s->lock held): a connection shared with the child is handled
+ * by its callers from now on, in this process too. The handler thread took
+ * packets off the queue whether or not this process was the one using the
+ * connection (a parent waiting in system() while its child reads: the
+ * peer's bytes went to the parent, and it reset), and out of the shared
+ * record's sight; the child has no handler thread at all. */
+void sov_conn_handle_in_calls(struct sov_sock *s)
+{
+    if (!s->conn || s->conn->cfg.handling != SOV_HANDLER)
+        return;
+    sov_conn_detach_handling(s);
+    s->conn->cfg.handling = SOV_SINGLE;
 }

@@ -383,6 +383,13 @@ static bool import_conn(int memfd)
     else
         close_state(&r.vi);
     struct sov_sock *s = c ? sov_sock_adopt(r.names[0], r.domain, r.nonblock) : NULL;
+    /* HANDLER: this image has no handler thread yet (socket() and the
+     * preload's publish() start it), and its connection is handled by
+     * nobody else: every wait for the handler would wait for ever. */
+    if (s && c->cfg.handling != SOV_SINGLE && sov_handling_start() != 0) {
+        sov_sock_free(s);
+        s = NULL;
+    }
     if (c && !s)
         sov_conn_destroy(c);
     if (r.rec_fd >= 0) {

@@ -814,6 +814,7 @@ void sov_spin_init(void); /* at sov_init */
 int sov_handling_start(void);
 int sov_conn_attach_handling(struct sov_sock *s);
 void sov_conn_detach_handling(struct sov_sock *s);
+void sov_conn_handle_in_calls(struct sov_sock *s); /* at fork: SINGLE from now on */
 
 /* close.c: the service thread (close thread + combining timer) */
 void sov_close_connected(struct sov_sock *s);

@@ -230,6 +230,8 @@ static void describe_all(struct outbuf *b)
         }
         v[n++] = (struct named){s, fd};
     }
+    if (!v)
+        return; /* none left (qsort may not be given NULL, even for none) */
     qsort(v, n, sizeof(*v), by_sock_then_fd);
     size_t m = 0;
     for (size_t i = 0; i < n; i++)

@@ -103,6 +103,11 @@
 #define THREADS 0 /* another thread of a leaving program may send, read or
                      shut down while sov_migrate waits (it drops the lock) */
 #endif
+#ifndef CREDIT_WAIT
+#define CREDIT_WAIT 0 /* a send() with no credit blocks in wait_credit (the
+                         lock dropped, packets handled meanwhile) instead
+                         of being taken only once a credit is there */
+#endif
 /* What main's code did (0) or a fix (1), README.md "Findings"; the default
  * is what the code does now: */
 #ifndef FIX_PUSH
@@ -139,6 +144,12 @@
 #define FIX_THREADS 1 /* 1: another thread's send(), shutdown() or recv()
                          with nothing on the VI waits while sov_migrate
                          moves the socket, then uses the kernel's */
+#endif
+#ifndef FIX_CREDIT_WAIT
+#define FIX_CREDIT_WAIT 1 /* 1: a send waiting for a credit stops when the
+                             stream leaves the VI (the peer's REQUEST, or our
+                             own move) and goes where the stream goes; 0: it
+                             posts DATA on the VI once a credit comes */
 #endif
 #ifndef FIX_LATE
 #define FIX_LATE 1 /* 1: an end leaving after it answered the peer's REQUEST
@@ -221,6 +232,7 @@ bool fell[2];        /* sov_tp_fall_back: a plain kernel socket, VI gone */
 bool peer_gone[2];   /* sov_conn_lost with the peer's FIN: orderly end */
 bool flushed[2];     /* the VI's flushed receives were seen */
 bool eof[2];         /* the program read the end of the peer's stream */
+bool swait[2];       /* CREDIT_WAIT: its send() waits for a credit */
 bool kfin[2];        /* end i's kernel socket shut for writing, or closed */
 #if MIGRATE
 byte gb[2];          /* give_back: 1 + the message read, waiting for credit */
@@ -633,6 +645,10 @@ inline request(i)
  * VI (the bytes given back are not ours to read) wait while sov_migrate
  * moves it. */
 #define NOT_MOVING(i) (!FIX_THREADS || mig[i] == MNONE)
+/* CREDIT_WAIT: the program is inside send(), waiting for a credit: no
+ * other send, shutdown or close meanwhile; sov_migrate only from another
+ * thread (THREADS), which moves the stream under the waiting send. */
+#define NOT_IN_SEND(i) (!swait[i])
 /* Our side moves: the program left (sov_migrate), or the peer asked
  * (FIX_ANSWER) and whoever handles the socket moves it. */
 #define MOVES(i) (leaving[i] || (autom[i] && HANDLED(i)))
@@ -674,26 +690,45 @@ proctype End(bit i)
         conn_lost(i)
     }
 
-    /* send() of a large message: one DATA packet, needs a credit. */
+    /* send() of a large message: one DATA packet, needs a credit. Or a
+     * send that waited for one (CREDIT_WAIT): without FIX_CREDIT_WAIT it
+     * posts once a credit came, wherever the stream went meanwhile. */
     :: atomic {
         VIAPP(i) && !reset[i] && !peer_gone[i] && !wr_shut[i] && sent[i] < N[i] && !cbuf[i] &&
-        pmig[i] == PNONE && credits[i] > 0 && NOT_MOVING(i) ->
+        credits[i] > 0 &&
+        ((pmig[i] == PNONE && NOT_MOVING(i)) || (swait[i] && !FIX_CREDIT_WAIT)) ->
         if
         :: mig[i] != MNONE -> violated(rule_no_data_after_our_request)
         :: else
         fi;
         send_pkt(i, DATA, sent[i]);
+        swait[i] = false;
         if
         :: h_ok -> credits[i]--; sent[i]++
         :: else
         fi;
         repost_deferred(i)
     }
+    /* CREDIT_WAIT: a send() with no credit waits in wait_credit ... */
+    :: atomic {
+        CREDIT_WAIT && VIAPP(i) && !reset[i] && !peer_gone[i] && !wr_shut[i] && sent[i] < N[i] &&
+        !cbuf[i] && !swait[i] && pmig[i] == PNONE && credits[i] == 0 && NOT_MOVING(i) ->
+        printf("MSC: end %d's send of message %d waits for a credit\n", i, sent[i]);
+        swait[i] = true
+    }
+    /* ... and with FIX_CREDIT_WAIT stops when the stream leaves the VI:
+     * the rest of the call goes where the stream goes (send_moved: the
+     * kernel socket once what is owed went, below). */
+    :: atomic {
+        FIX_CREDIT_WAIT && swait[i] && (pmig[i] != PNONE || !NOT_MOVING(i)) ->
+        printf("MSC: end %d's waiting send follows the stream off the VI\n", i);
+        swait[i] = false
+    }
 #if COMBINE
     /* send() of a small message: into the combining buffer. */
     :: atomic {
         VIAPP(i) && !reset[i] && !peer_gone[i] && !wr_shut[i] && sent[i] < N[i] && !cbuf[i] &&
-        pmig[i] == PNONE && NOT_MOVING(i) ->
+        pmig[i] == PNONE && NOT_MOVING(i) && NOT_IN_SEND(i) ->
         printf("MSC: end %d combines message %d\n", i, sent[i]);
         cbuf[i] = true;
         sent[i]++;
@@ -738,7 +773,7 @@ proctype End(bit i)
      * FIX_KFIN the preload shuts the kernel socket down too. */
     :: atomic {
         VIAPP(i) && !reset[i] && !wr_shut[i] && !cbuf[i] && (!GRACEFUL || sent[i] == N[i]) &&
-        NOT_MOVING(i) ->
+        NOT_MOVING(i) && NOT_IN_SEND(i) ->
         if
         :: pmig[i] == PNONE ->
             if
@@ -764,7 +799,7 @@ proctype End(bit i)
      * data or a reset aborts; else FIN now (or the close thread sends it
      * after the combining buffer) and the close thread finishes. */
     :: atomic {
-        VIAPP(i) && !leaving[i] && MAY_CLOSE(i) &&
+        VIAPP(i) && !leaving[i] && MAY_CLOSE(i) && NOT_IN_SEND(i) &&
         (!GRACEFUL || (sent[i] == N[i] && rq[i] == 0 && (MIGRATE && eof[i] || !MIGRATE && peer_fin[i]))) ->
         printf("MSC: end %d calls close()\n", i);
         if
@@ -828,7 +863,7 @@ proctype End(bit i)
      * DATA (the combining buffer), then REQUEST, under the lock; its
      * program's next bytes go to the kernel socket. */
     :: atomic {
-        MAYLEAVE(i) && VIAPP(i) && !leaving[i] && mig[i] == MNONE &&
+        MAYLEAVE(i) && VIAPP(i) && !leaving[i] && mig[i] == MNONE && (NOT_IN_SEND(i) || THREADS) &&
         (LATE || pmig[i] == PNONE) && (MIG_CLOSE || !app_closed[1 - i]) ->
         printf("MSC: end %d leaves for the kernel connection: sov_migrate\n", i);
         leaving[i] = true;
@@ -962,7 +997,7 @@ proctype End(bit i)
      * (sov_mig_send; before that its send waits). */
     :: atomic {
         ((fell[i] && !app_closed[i]) || (VIAPP(i) && pmig[i] != PNONE && SEND_READY(i))) &&
-        !reset[i] && !wr_shut[i] && sent[i] < N[i] ->
+        !reset[i] && !wr_shut[i] && sent[i] < N[i] && NOT_IN_SEND(i) ->
         printf("MSC: end %d writes message %d to its kernel socket\n", i, sent[i]);
         kern[i]!sent[i];
         sent[i]++

@@ -159,6 +159,25 @@ class Help(unittest.TestCase):
 
 
 class Stat(unittest.TestCase):
+    def test_answers_with_no_socket_left(self):
+        # A program that closed every socket it had still answers, with
+        # nothing (its stat server runs on; UBSan: qsort was given NULL).
+        pair = Pair()
+        try:
+            closer = pair._start(SERVER.replace(
+                "sys.stdin.read()", "c.close(); l.close(); print('closed', flush=True)\n"
+                "sys.stdin.read()"))
+            port = int(pair._line(closer))
+            cli = pair._start(CLIENT, str(port))
+            self.assertEqual(pair._line(cli), "sent")
+            self.assertEqual(pair._line(closer), "got 1000")
+            self.assertEqual(pair._line(closer), "closed")
+            self.assertEqual(entries_of({closer.pid}), [])
+            self.assertIsNone(closer.poll(), "the program died answering")
+        finally:
+            pair.close()
+        self.assertEqual(closer.returncode, 0)
+
     def test_lists_both_ends_then_nothing(self):
         pair = Pair()
         try:
