@@ -3,7 +3,7 @@
  * appends one JSON line to FILE when it ends: how many connections sovia
  * carried, how many fell back to kernel TCP, and the bytes it moved. Tests
  * and scripts use it to prove a program's traffic really went over sovia
- * (docs/ARCHITECTURE.md, "Exit records").
+ * (docs/TRANSPARENT.md, "Exit records").
  *
  * Where: the variable as the process found it at start or at its last
  * fork, kept in memory (nginx clears its workers' environment); at exit()

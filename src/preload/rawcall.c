@@ -11,7 +11,7 @@
  * after sandbox.c had its look (seccomp, prctl(PR_SET_SECCOMP) and
  * io_uring_setup make sovia step aside first).
  * A program that makes the system call itself (Go, inline assembly) is not
- * seen: docs/ARCHITECTURE.md, "Transparent mode".
+ * seen: docs/TRANSPARENT.md, "Transparent mode".
  */
 #include <limits.h>
 #include <stdarg.h>

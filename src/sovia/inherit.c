@@ -1,6 +1,6 @@
 /*
  * inherit.c - carried connections handed to the next program image, for
- * the preload's exec wrappers (docs/ARCHITECTURE.md, "Transparent mode").
+ * the preload's exec wrappers (docs/TRANSPARENT.md, "Transparent mode").
  *
  * Before exec: every carried connection named by a descriptor that survives
  * exec is described in a memfd (protocol state, unread-data queue, posted

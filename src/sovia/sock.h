@@ -450,7 +450,7 @@ extern void (*sov_far_hook)(void);
 int sov_far_doze_fd(int fd, int *bound);
 
 /* stats.c: what this process carried and moved, for `sovia run`'s exit
- * record (docs/ARCHITECTURE.md, "Exit records"). sov_tally waits at most
+ * record (docs/TRANSPARENT.md, "Exit records"). sov_tally waits at most
  * 20 ms in all for locks busy in other threads (then leaves those bytes
  * out), so a signal handler may call it in a thread that holds no socket
  * lock. */

@@ -7,7 +7,7 @@ connection). Every file must arrive byte for byte (5 pulls of 20 files of
 2 MiB and a few small ones, one push of as much) and each client exit 0. Records: both
 ends carried, or kernel TCP. rsync's receiving processes leave with
 _exit(), and the daemon too on SIGTERM: they write no record
-(docs/ARCHITECTURE.md, "Exit records"), so the records' bytes do not add
+(docs/TRANSPARENT.md, "Exit records"), so the records' bytes do not add
 up and the daemon's side may have none with one end only.
 
 (A pull of 40 MB with both ends under sovia used to end now and then

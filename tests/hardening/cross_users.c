@@ -2,7 +2,7 @@
  * cross_users: connections between programs of different users under
  * `sovia run` are carried, and give the other user nothing the TCP
  * connection itself would not (docs/SECURITY.md, "Another user"; the
- * mechanism: docs/ARCHITECTURE.md, "Transparent mode", "Users").
+ * mechanism: docs/TRANSPARENT.md, "Transparent mode", "Users").
  *
  * Two system users A and B (isorun.h; skipped, exit 77, when not root),
  * plain-libc programs started through `sovia run`:

@@ -12,7 +12,7 @@
  * connection was carried and the hostile ones paired or fell back.
  *
  * The hostile peer (this executable; not preloaded) establishes as a
- * `sovia run` client does (docs/ARCHITECTURE.md, "Transparent mode"), by
+ * `sovia run` client does (docs/TRANSPARENT.md, "Transparent mode"), by
  * hand: it binds a kernel TCP socket, connects a VI from that port to the
  * victim's shadow listener ("sovia" + port: hsovia.c), connects the
  * kernel socket, and answers the WAKEUP the victim's accept() sends. Each

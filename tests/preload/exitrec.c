@@ -1,6 +1,6 @@
 /*
  * exitrec.c - exit records (SOVIA_STAT_LOG) that can be trusted (issue 20,
- * item 4; docs/ARCHITECTURE.md, "Exit records").
+ * item 4; docs/TRANSPARENT.md, "Exit records").
  *
  * Killed servers: the server role forks a server (before it has any socket
  * of its own, so the server is the child of a process without threads),

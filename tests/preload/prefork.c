@@ -1,6 +1,6 @@
 /*
  * prefork: accept() in a process other than the one that called listen()
- * (docs/ARCHITECTURE.md, "Transparent mode", step 6). The client queues its
+ * (docs/TRANSPARENT.md, "Transparent mode", step 6). The client queues its
  * VI with the listening process's shadow listener, which cannot pair a
  * connection another process accepted: the accepting process claims it,
  * and the listening process redirects the client there (REDIRECT). Before

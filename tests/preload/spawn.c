@@ -3,7 +3,7 @@
  * posix_spawnp, vfork + execve, system or popen started keeps working in
  * that child (glibc's own versions exec out of the preload's reach: the
  * child got only the idle kernel socket, read nothing and its writes were
- * lost). docs/ARCHITECTURE.md, "Transparent mode".
+ * lost). docs/TRANSPARENT.md, "Transparent mode".
  *
  * The child is this test re-executed as an echo service: it echoes the
  * connection until end of stream, then sends its pid (8 bytes) and exits;

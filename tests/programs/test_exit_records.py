@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Exit records of unmodified servers that a signal ends, both ends under
-`sovia run` (docs/ARCHITECTURE.md, "Exit records"):
+`sovia run` (docs/TRANSPARENT.md, "Exit records"):
 
 - Python's http.server has no SIGTERM handler: SIGTERM's default action
   ends it (the parent sees the signal) and it still writes its record,

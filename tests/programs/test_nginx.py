@@ -2,7 +2,7 @@
 """nginx (unmodified, Debian's nginx-light) with curl as its client, under
 `sovia run`. nginx is a prefork server: its master process listens and its
 worker processes accept, so every connection reaches sovia through a
-claim and a REDIRECT (docs/ARCHITECTURE.md, "Transparent mode", step 6).
+claim and a REDIRECT (docs/TRANSPARENT.md, "Transparent mode", step 6).
 Two curl processes fetch a 2 MiB file twice and a small page over one
 keep-alive connection each; the files must arrive byte for byte. Both
 under sovia: curl's connections are carried and every one was redirected,
