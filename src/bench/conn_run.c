@@ -435,7 +435,7 @@ static void out_epoll(const struct bench_params *p, const struct rr_result *cli,
     if (json) {
         printf("{\"mode\":\"epoll\",\"transport\":\"%s\",\"count\":%lu,\"active\":%lu,"
                "\"size\":%d,\"seconds\":%.6g,\"warmup\":%.6g,\"cpus\":%d,\"load_1m\":%.3g,"
-               "\"tx\":%" PRIu64 ",\"tps\":%.6g,\"p50_us\":%.6g,\"p99_us\":%.6g,"
+               "\"tx\":%" PRIu64 ",\"tps\":%.1f,\"p50_us\":%.6g,\"p99_us\":%.6g,"
                "\"p999_us\":%.6g,\"max_us\":%.6g,\"unanswered\":%" PRIu64
                ",\"server_cpu_us_per_tx\":%.6g,\"client_cpu_us_per_tx\":%.6g",
                p->transport, p->count, p->active, EP_SIZE, p->seconds, warmup, rr_count_cpus(),

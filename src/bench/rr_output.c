@@ -64,7 +64,7 @@ void bench_out_rr(const struct rr_run_info *in, const struct rr_result *res, siz
                "\"load_1m\":%.3g,\"seconds\":%.6g,\"warmup\":%.6g,",
                in->transport, in->pairs, in->conns, in->size, in->threads ? "true" : "false",
                procs, in->threads_per_proc, in->cpus, in->load_1m, in->seconds, in->warmup);
-        printf("\"tx\":%" PRIu64 ",\"tps\":%.6g,\"p50_us\":%.6g,\"p99_us\":%.6g,"
+        printf("\"tx\":%" PRIu64 ",\"tps\":%.1f,\"p50_us\":%.6g,\"p99_us\":%.6g,"
                "\"p999_us\":%.6g,\"max_us\":%.6g,\"mean_us\":%.6g,\"latency_samples\":%" PRIu64
                ",\"unanswered\":%" PRIu64 ",",
                tx, tps, p50, p99, p999, (double)lat->max_ns / 1e3, mean, lat->count,
