@@ -49,6 +49,10 @@
 #define NCONN 64
 #define XLEN 1000
 
+/* fork_pairing: the client forks while sovia's threads run, and the child
+ * may start threads of its own (its exit handlers). */
+P_THREADED_FORK_CHILDREN
+
 static int nconns; /* this case's */
 
 /* Accepts nconns connections, then echoes XLEN bytes on each (or, for a
@@ -264,6 +268,7 @@ static void client_fork(struct p_role *r)
          * the leak check forever (CI hung 1 run in 10 here). Under ASan the
          * child leaves without exit handlers; the plain and TSan builds
          * run them. Either way the parent's connection must stay. */
+        p_threaded_fork_child();
         if (p_asan())
             _exit(0);
         exit(0); /* its copy goes: the parent's connection stays */

@@ -188,7 +188,11 @@ struct shm_vi {
     _Atomic uint32_t flush_upto; /* receives below this index complete as flushed */
     uint64_t staging_alloc, staging_free;
     uint64_t staging_released; /* below this, freed pages went back (shm_recv.c) */
-    uint32_t cq_reported; /* receive completions reported by the CQ (CQ lock) */
+    /* receive completions reported by the CQ (CQ lock). Atomic: a shared
+     * record's load (shm_sync.c) resets it under the VI's locks while a
+     * handler thread may still poll the CQ of a connection a fork made
+     * SINGLE (it skips that connection's packets; TSan saw the race). */
+    _Atomic uint32_t cq_reported;
 
     /* Send queue (sq_lock). Sends complete inside VipPostSend. */
     shm_lock_t sq_lock;
