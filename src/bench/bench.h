@@ -42,6 +42,10 @@ struct bench_params {
     unsigned long count;   /* conns, epoll: connections held at once */
     unsigned long active;  /* epoll: connections busy at once (0: 1 % of count) */
     unsigned clients;      /* connrate: client processes */
+    /* lat, bw, sweep over the vi transports: NetPIPE-VIA's ring of `ring`
+     * receive descriptors of `frag` bytes each (0, 0: not used). */
+    unsigned ring;
+    size_t frag;
 };
 
 #define BENCH_DEFAULT_LAT_ITERS 100000u
@@ -51,6 +55,10 @@ struct bench_params {
 #define BENCH_DEFAULT_MAX_SIZE ((size_t)8 << 20)
 /* Largest --size / --max-size accepted at all (per-transport limits apply too). */
 #define BENCH_SIZE_LIMIT ((size_t)1 << 30)
+/* --ring / --frag (vi transports): descriptors, piece size, receive memory. */
+#define BENCH_RING_MAX 1024u
+#define BENCH_FRAG_MIN ((size_t)64)
+#define BENCH_RING_BYTES_MAX ((size_t)64 << 20)
 
 /* rr: limits and defaults (the worker program checks the same, rr.h). */
 #define BENCH_RR_MAX_PAIRS 256

@@ -29,6 +29,7 @@ struct bench_transport {
     const char *summary;
     bool polling;   /* spins (always or first): pin driver and peer to different CPUs */
     size_t max_msg; /* largest message it can carry, 0 = no own limit */
+    bool ring;      /* takes --ring/--frag (NetPIPE-VIA's descriptor ring: vi_internal.h) */
 
     /* Transports that take --config (sovia): whether the label is known;
      * prints why not and returns -1 (bad usage). NULL: --config is refused. */

@@ -112,6 +112,11 @@ int bench_run(const struct bench_params *p)
         if (t->check_config(p->config) != 0)
             return BENCH_EXIT_USAGE;
     }
+    if ((p->ring || p->frag) && !t->ring) {
+        fprintf(stderr, "sovia bench: --ring and --frag apply only to the vi transports "
+                        "(vi, vi-copy, vi-user, vi-block, vi-notify), not %s\n", t->name);
+        return BENCH_EXIT_USAGE;
+    }
     if (t->run_external)
         return t->run_external(p);
 
@@ -126,6 +131,15 @@ int bench_run(const struct bench_params *p)
         max_msg = t->max_msg;
     }
     carry = max_msg > BENCH_CTRL_LEN ? max_msg : BENCH_CTRL_LEN;
+    if (p->ring) {
+        size_t piece = p->frag && p->frag < carry ? p->frag : carry;
+        if (piece > BENCH_RING_BYTES_MAX / p->ring) {
+            fprintf(stderr, "sovia bench: a ring of %u receives of %zu bytes needs more than "
+                            "%zu MiB; use a smaller --ring or --frag\n", p->ring, piece,
+                    BENCH_RING_BYTES_MAX >> 20);
+            return BENCH_EXIT_USAGE;
+        }
+    }
 
     if (t->polling) {
         if (bench_pick_cpus(cpus) < 2) {

@@ -15,13 +15,15 @@
 
 static unsigned disc_counter;
 
-static int vi_prepare(enum vi_wait wait, void **shared)
+static int vi_prepare(const struct bench_params *p, enum vi_wait wait, void **shared)
 {
     struct vi_shared *sh = calloc(1, sizeof *sh);
 
     if (!sh)
         return -1;
     sh->wait = wait;
+    sh->ring = p->ring;
+    sh->frag = p->frag;
     /* Unique per run so concurrent benchmarks never meet each other. */
     snprintf(sh->disc, sizeof sh->disc, "bench-%d-%u", (int)getpid(), disc_counter++);
     *shared = sh;
@@ -30,9 +32,8 @@ static int vi_prepare(enum vi_wait wait, void **shared)
 
 static int prepare_poll(const struct bench_params *p, size_t m, void **sh)
 {
-    (void)p;
     (void)m;
-    return vi_prepare(VI_POLL, sh);
+    return vi_prepare(p, VI_POLL, sh);
 }
 
 /* vi-copy: polling vi whose receiver copies every message into its own
@@ -40,9 +41,8 @@ static int prepare_poll(const struct bench_params *p, size_t m, void **sh)
  * must: the fair baseline for the sockets layer's bandwidth. */
 static int prepare_copy(const struct bench_params *p, size_t m, void **sh)
 {
-    (void)p;
     (void)m;
-    int rc = vi_prepare(VI_POLL, sh);
+    int rc = vi_prepare(p, VI_POLL, sh);
     if (rc == 0)
         ((struct vi_shared *)*sh)->consume = true;
     return rc;
@@ -53,9 +53,8 @@ static int prepare_copy(const struct bench_params *p, size_t m, void **sh)
  * them: the provider stages what it cannot write in place. */
 static int prepare_user(const struct bench_params *p, size_t m, void **sh)
 {
-    (void)p;
     (void)m;
-    int rc = vi_prepare(VI_POLL, sh);
+    int rc = vi_prepare(p, VI_POLL, sh);
     if (rc == 0)
         ((struct vi_shared *)*sh)->user_mem = true;
     return rc;
@@ -63,16 +62,14 @@ static int prepare_user(const struct bench_params *p, size_t m, void **sh)
 
 static int prepare_block(const struct bench_params *p, size_t m, void **sh)
 {
-    (void)p;
     (void)m;
-    return vi_prepare(VI_BLOCK, sh);
+    return vi_prepare(p, VI_BLOCK, sh);
 }
 
 static int prepare_notify(const struct bench_params *p, size_t m, void **sh)
 {
-    (void)p;
     (void)m;
-    return vi_prepare(VI_NOTIFY, sh);
+    return vi_prepare(p, VI_NOTIFY, sh);
 }
 
 static void vi_release(void *shared)
@@ -97,9 +94,9 @@ static void *vi_send_buf(void *p)
 
 /* Post one send and take it back: the provider completes it inside
  * VipPostSend, so VipSendDone finds it done at once. */
-static int post_send(struct vi_ep *ep, size_t len, VIP_UINT32 imm)
+static int post_send(struct vi_ep *ep, size_t off, size_t len, VIP_UINT32 imm)
 {
-    VIP_DESCRIPTOR *d = &ep->descs[VI_NRECV], *done = NULL;
+    VIP_DESCRIPTOR *d = &ep->descs[ep->nrecv], *done = NULL;
     VIP_RETURN rc;
     unsigned spins = 0;
 
@@ -108,7 +105,7 @@ static int post_send(struct vi_ep *ep, size_t len, VIP_UINT32 imm)
     d->CS.ImmediateData = imm;
     d->CS.Length = (VIP_UINT32)len;
     d->CS.SegCount = len ? 1 : 0;
-    d->DS[0].Local.Data.Address = ep->sbuf;
+    d->DS[0].Local.Data.Address = ep->sbuf + off;
     d->DS[0].Local.Handle = ep->sbuf_mh;
     d->DS[0].Local.Length = (VIP_UINT32)len;
     rc = VipPostSend(ep->vi, d, ep->desc_mh);
@@ -276,22 +273,53 @@ static int take_one(struct vi_ep *ep, VIP_DESCRIPTOR **data)
     }
 }
 
+/* A message goes as this many pieces (one unless a --ring fragments it). */
+static size_t pieces(const struct vi_ep *ep, size_t len)
+{
+    return len <= ep->frag ? 1 : (len + ep->frag - 1) / ep->frag;
+}
+
 static int vi_send(void *p, size_t len)
 {
     struct vi_ep *ep = p;
+    size_t n = pieces(ep, len);
 
-    while (ep->credits == 0) {
-        VIP_DESCRIPTOR *d = NULL;
-        if (take_one(ep, &d) != 0)
+    for (size_t i = 0; i < n; i++) {
+        size_t off = i * ep->frag, plen = len - off < ep->frag ? len - off : ep->frag;
+
+        while (ep->credits == 0) {
+            VIP_DESCRIPTOR *d = NULL;
+            if (take_one(ep, &d) != 0)
+                return -1;
+            if (d) { /* data while waiting for credit: keep it for recv_msg */
+                if (ep->ring_count == ep->nrecv) {
+                    fprintf(stderr, "%s: peer sent more than it had credit for\n", ep->name);
+                    return -1;
+                }
+                ep->ring[(ep->ring_head + ep->ring_count++) % ep->nrecv] = d;
+            }
+        }
+        ep->credits--;
+        if (post_send(ep, off, plen, VI_TAG_DATA) != 0)
             return -1;
-        if (d) /* data while waiting for credit: keep it for recv_msg */
-            ep->ring[(ep->ring_head + ep->ring_count++) % VI_NRECV] = d;
     }
-    ep->credits--;
-    return post_send(ep, len, VI_TAG_DATA);
+    return 0;
 }
 
-/* Repost the receive handed out last time and grant credit in batches. */
+/* Repost a receive whose data was used and grant credit in batches. */
+static int give_back(struct vi_ep *ep, VIP_DESCRIPTOR *d)
+{
+    if (repost(ep, d) != 0)
+        return -1;
+    if (++ep->to_grant >= ep->grant_at) {
+        VIP_UINT32 n = ep->to_grant;
+        ep->to_grant = 0;
+        return post_send(ep, 0, 0, VI_TAG_CREDIT | n);
+    }
+    return 0;
+}
+
+/* Repost the receive handed out last time. */
 static int release_held(struct vi_ep *ep)
 {
     VIP_DESCRIPTOR *d = ep->held;
@@ -299,50 +327,67 @@ static int release_held(struct vi_ep *ep)
     if (!d)
         return 0;
     ep->held = NULL;
-    if (repost(ep, d) != 0)
-        return -1;
-    if (++ep->to_grant >= (ep->window + 1) / 2) {
-        VIP_UINT32 n = ep->to_grant;
-        ep->to_grant = 0;
-        return post_send(ep, 0, VI_TAG_CREDIT | n);
+    return give_back(ep, d);
+}
+
+static int next_data(struct vi_ep *ep, VIP_DESCRIPTOR **out)
+{
+    VIP_DESCRIPTOR *d = NULL;
+
+    if (ep->ring_count) {
+        d = ep->ring[ep->ring_head];
+        ep->ring_head = (ep->ring_head + 1) % ep->nrecv;
+        ep->ring_count--;
     }
+    while (!d)
+        if (take_one(ep, &d) != 0)
+            return -1;
+    *out = d;
     return 0;
 }
 
 static int vi_recv(void *p, size_t len, const void **data)
 {
     struct vi_ep *ep = p;
+    size_t n = pieces(ep, len);
     VIP_DESCRIPTOR *d = NULL;
 
     /* The data handed out last time stays valid until now, so it is
      * reposted only here: no copy out of the arena. */
     if (release_held(ep) != 0)
         return -1;
-    if (ep->ring_count) {
-        d = ep->ring[ep->ring_head];
-        ep->ring_head = (ep->ring_head + 1) % VI_NRECV;
-        ep->ring_count--;
-    }
-    while (!d)
-        if (take_one(ep, &d) != 0)
+    for (size_t i = 0; i < n; i++) {
+        size_t off = i * ep->frag, plen = len - off < ep->frag ? len - off : ep->frag;
+
+        if (next_data(ep, &d) != 0)
             return -1;
+        if (d->CS.Length != plen) {
+            fprintf(stderr, "%s: received %u bytes, expected %zu\n", ep->name,
+                    (unsigned)d->CS.Length, plen);
+            ep->held = d;
+            return -1;
+        }
+        if (ep->app_buf)
+            memcpy(ep->app_buf + off, d->DS[0].Local.Data.Address, plen);
+        else if (i == 0 && n > 1) /* the stream's marker is the first byte */
+            memcpy(ep->head, d->DS[0].Local.Data.Address, sizeof ep->head);
+        /* Every piece but the last goes back at once (the ring's receiver
+         * reposts as it goes); the last is what *data points to. */
+        if (i + 1 < n && give_back(ep, d) != 0)
+            return -1;
+    }
     ep->held = d;
-    if (d->CS.Length != len) {
-        fprintf(stderr, "%s: received %u bytes, expected %zu\n", ep->name,
-                (unsigned)d->CS.Length, len);
-        return -1;
-    }
-    *data = d->DS[0].Local.Data.Address;
-    if (ep->app_buf) {
-        memcpy(ep->app_buf, *data, len);
-        *data = ep->app_buf;
-    }
+    /* A message in pieces is whole only where the receiver copies (vi-copy);
+     * otherwise *data holds its first VI_HEAD_BYTES, all the driver reads. */
+    *data = ep->app_buf ? (const void *)ep->app_buf
+            : n > 1     ? (const void *)ep->head
+                        : d->DS[0].Local.Data.Address;
     return 0;
 }
 
 #define VI_OPS                                                                                \
     .max_msg = VI_MAX_MSG, .setup = vi_setup, .send_buf = vi_send_buf, .send_msg = vi_send,  \
-    .recv_msg = vi_recv, .teardown = vi_teardown, .release = vi_release
+    .recv_msg = vi_recv, .teardown = vi_teardown, .release = vi_release, .ring = true
 
 const struct bench_transport bench_transport_vi = {
     .name = "vi",

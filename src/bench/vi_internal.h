@@ -29,6 +29,18 @@
 #define RECV_WORKING_SET (256u * 1024)
 #define VI_NRECV (VI_K + VI_CREDIT_SLOTS)
 
+/*
+ * NetPIPE-VIA's ring (seed 001, section 3.1; `--ring N [--frag F]`): N
+ * receive descriptors (bench.h: BENCH_RING_*), each with its own buffer of F bytes (default: the
+ * largest message); a message is sent as ceil(size / F) fragments, and the
+ * sender stops after N unacknowledged fragments until the receiver, having
+ * reposted all N, sends a "continue" (a credit of N: the grant waits for
+ * the whole ring instead of half of it). The counts run across messages,
+ * not per message as in the paper, so streaming is safe too; in ping-pong
+ * it is the paper's scheme.
+ */
+#define VI_HEAD_BYTES BENCH_FRAG_MIN
+
 /* Immediate data: top byte says what a message is. */
 #define VI_TAG_MASK 0xff000000u
 #define VI_TAG_DATA 0x5d000000u
@@ -44,6 +56,8 @@ struct vi_shared {
     enum vi_wait wait;
     bool consume; /* vi-copy: the receiver copies each message out */
     bool user_mem; /* vi-user: receive buffers in the consumer's own memory, no arena */
+    unsigned ring;  /* --ring N; 0: the default credit scheme */
+    size_t frag;    /* --frag F with --ring; 0: the largest message */
     char disc[48];
 };
 
@@ -53,13 +67,16 @@ struct vi_ep {
     uint8_t *app_buf; /* vi-copy: where the "application" copies messages to */
     enum bench_role role;
     size_t max_msg;
+    size_t frag;      /* bytes per message piece: max_msg unless a ring fragments */
+    unsigned nrecv;   /* receives posted: window + VI_CREDIT_SLOTS */
+    unsigned grant_at; /* reposted receives per credit message */
 
     VIP_NIC_HANDLE nic;
     VIP_PROTECTION_HANDLE ptag;
     VIP_VI_HANDLE vi;
     bool connected;
 
-    unsigned char *arena; /* receive buffers: VI_NRECV slots of slot bytes */
+    unsigned char *arena; /* receive buffers: nbuf slots of slot bytes */
     bool user_mem;        /* vi-user: arena is our own mmap, not the VI's */
     VIP_ULONG arena_len;
     VIP_MEM_HANDLE arena_mh;
@@ -68,7 +85,7 @@ struct vi_ep {
     size_t nbuf;     /* distinct receive buffers, handed out round-robin as posted */
     size_t next_buf; /* buffer for the next receive posted */
     unsigned window; /* data messages on credit: min(VI_K, nbuf), see vi_setup.c */
-    VIP_DESCRIPTOR *descs; /* VI_NRECV receive descriptors + 1 send descriptor */
+    VIP_DESCRIPTOR *descs; /* nrecv receive descriptors + 1 send descriptor */
     VIP_MEM_HANDLE desc_mh;
     bool desc_reg;
     unsigned char *sbuf;
@@ -80,8 +97,9 @@ struct vi_ep {
     unsigned credits;   /* data messages we may still send */
     unsigned to_grant;  /* reposted receives not yet granted to the peer */
     VIP_DESCRIPTOR *held; /* returned by recv_msg; reposted at the next call */
+    unsigned char head[VI_HEAD_BYTES]; /* a fragmented message's first bytes */
     /* Data that arrived while we waited for credits, in arrival order. */
-    VIP_DESCRIPTOR *ring[VI_NRECV];
+    VIP_DESCRIPTOR **ring; /* nrecv entries */
     unsigned ring_head, ring_count;
 
     /* vi-notify: the provider thread hands one descriptor over. */

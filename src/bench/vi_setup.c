@@ -62,16 +62,16 @@ void vi_fill_recv(struct vi_ep *ep, VIP_DESCRIPTOR *d)
     (void)i;
     d->DS[0].Local.Data.Address = ep->arena + (ep->next_buf++ % ep->nbuf) * ep->slot;
     d->DS[0].Local.Handle = ep->arena_mh;
-    /* Exactly the largest message: a longer buffer could exceed the VI's
+    /* Exactly the largest piece: a longer buffer could exceed the VI's
      * MaxTransferSize. Slots are only spaced to cache lines. */
-    d->DS[0].Local.Length = (VIP_UINT32)ep->max_msg;
+    d->DS[0].Local.Length = (VIP_UINT32)ep->frag;
 }
 
 static int alloc_memory(struct vi_ep *ep)
 {
     VIP_MEM_ATTRIBUTES ma = {.Ptag = ep->ptag, .EnableRdmaWrite = VIP_FALSE,
                              .EnableRdmaRead = VIP_FALSE};
-    size_t dlen = (VI_NRECV + 1) * sizeof(VIP_DESCRIPTOR);
+    size_t dlen = ((size_t)ep->nrecv + 1) * sizeof(VIP_DESCRIPTOR);
     VIP_PVOID base;
     VIP_RETURN rc;
 
@@ -205,7 +205,8 @@ int vi_open(struct vi_shared *sh, enum bench_role role, size_t max_msg, struct v
     ep->role = role;
     ep->user_mem = sh->user_mem;
     ep->max_msg = max_msg;
-    ep->slot = (max_msg + 63) & ~(size_t)63;
+    ep->frag = sh->ring && sh->frag && sh->frag < max_msg ? sh->frag : max_msg;
+    ep->slot = (ep->frag + 63) & ~(size_t)63;
     ep->credits = VI_K; /* lowered to the window once nbuf is known */
     atomic_init(&ep->async_error, -1);
     if (pthread_mutex_init(&ep->mu, NULL) == 0) {
@@ -233,9 +234,9 @@ int vi_open(struct vi_shared *sh, enum bench_role role, size_t max_msg, struct v
         vi_fail(ep, "VipQueryNic", rc);
         goto fail;
     }
-    if (na.MaxTransferSize < max_msg) {
+    if (na.MaxTransferSize < ep->frag) {
         fprintf(stderr, "%s: NIC carries at most %lu bytes per message, %zu asked\n", ep->name,
-                (unsigned long)na.MaxTransferSize, max_msg);
+                (unsigned long)na.MaxTransferSize, ep->frag);
         goto fail;
     }
     rc = VipCreatePtag(ep->nic, &ep->ptag);
@@ -246,20 +247,34 @@ int vi_open(struct vi_shared *sh, enum bench_role role, size_t max_msg, struct v
     }
     memset(&va, 0, sizeof va);
     va.ReliabilityLevel = VIP_SERVICE_RELIABLE_DELIVERY;
-    va.MaxTransferSize = max_msg;
+    va.MaxTransferSize = ep->frag;
     va.Ptag = ep->ptag;
     memset(&cfg, 0, sizeof cfg);
-    cfg.QueueDepth = 2 * VI_NRECV;
-    /* Receive buffers are reused round-robin within RECV_WORKING_SET, as
-     * ucx_perftest and NetPIPE reuse theirs: the data is never examined, and
-     * cycling megabytes of distinct buffers would measure cache misses. */
-    ep->nbuf = RECV_WORKING_SET / ep->slot;
-    if (ep->nbuf < 1)
-        ep->nbuf = 1;
-    if (ep->nbuf > VI_NRECV)
-        ep->nbuf = VI_NRECV;
-    ep->window = ep->nbuf < VI_K ? (unsigned)ep->nbuf : VI_K;
+    if (sh->ring) {
+        /* NetPIPE-VIA: every descriptor of the ring has its own buffer, and
+         * the receiver says "continue" once all of them are reposted. */
+        ep->nbuf = sh->ring;
+        ep->window = sh->ring;
+        ep->grant_at = sh->ring;
+    } else {
+        /* Receive buffers are reused round-robin within RECV_WORKING_SET, as
+         * ucx_perftest and NetPIPE reuse theirs: the data is never examined,
+         * and cycling megabytes of distinct buffers would measure cache
+         * misses. */
+        ep->nbuf = RECV_WORKING_SET / ep->slot;
+        if (ep->nbuf < 1)
+            ep->nbuf = 1;
+        if (ep->nbuf > VI_NRECV)
+            ep->nbuf = VI_NRECV;
+        ep->window = ep->nbuf < VI_K ? (unsigned)ep->nbuf : VI_K;
+        ep->grant_at = (ep->window + 1) / 2;
+    }
+    ep->nrecv = ep->window + VI_CREDIT_SLOTS;
     ep->credits = ep->window;
+    ep->ring = calloc(ep->nrecv, sizeof *ep->ring);
+    if (!ep->ring)
+        goto fail;
+    cfg.QueueDepth = 2 * ep->nrecv;
     cfg.ArenaBytes = ep->user_mem ? 0 : ((ep->nbuf * ep->slot) + 4095) & ~(size_t)4095;
     rc = VipxCreateVi(ep->nic, &va, NULL, NULL, &cfg, &ep->vi);
     if (rc != VIP_SUCCESS) {
@@ -271,7 +286,7 @@ int vi_open(struct vi_shared *sh, enum bench_role role, size_t max_msg, struct v
         goto fail;
 
     /* Pre-post every receive before connecting: the peer may send at once. */
-    for (unsigned i = 0; i < VI_NRECV; i++) {
+    for (unsigned i = 0; i < ep->nrecv; i++) {
         VIP_DESCRIPTOR *d = &ep->descs[i];
         vi_fill_recv(ep, d);
         rc = VipPostRecv(ep->vi, d, ep->desc_mh);
@@ -355,6 +370,7 @@ close_nic:
     if (ep->user_mem && ep->arena)
         munmap(ep->arena, ep->arena_len);
     free(ep->descs);
+    free(ep->ring);
     free(ep->app_buf);
     if (ep->sync_init) {
         pthread_cond_destroy(&ep->cv);

@@ -73,9 +73,10 @@ def idle(mode, transport, config=None):
                est=mode.idle_seconds + 0.1, bench=args)
 
 
-def sweep(mode, transport, env=None, variant=""):
-    """NetPIPE-style sweep (bench sweep): result {"rows": [...]}."""
-    args = ["sweep", "--transport", transport, "--max-size", mode.sweep_max]
+def sweep(mode, transport, env=None, variant="", extra=()):
+    """NetPIPE-style sweep (bench sweep): result {"rows": [...]}. `extra`:
+    more `bench sweep` arguments (a ring's), named by `variant`."""
+    args = ["sweep", "--transport", transport, "--max-size", mode.sweep_max, *extra]
     # ~0.075 s per size, three sizes per power of two; big sizes take longer.
     top = parse_size(mode.sweep_max)
     est = 3 * top.bit_length() * 0.09 + top / (1 << 20) * 0.5 + 0.5

@@ -8,7 +8,17 @@ takes the median over rounds) for `vi`, `vi-block`, `sovia` and `tcp`; and NetPI
 own NPtcp, unmodified, over kernel TCP and with both ends under `sovia run
 --profile latency` (SOVIA_STAT_LOG confirms sovia carried the connection).
 Latency is the smallest size's one-way time; n1/2 is the smallest size
-reaching half the peak throughput."""
+reaching half the peak throughput.
+
+NetPIPE-VIA's own scheme (seed 001 §3.1) runs too: a fixed ring of 32
+pre-posted receive descriptors with a buffer each, messages cut to the
+descriptor size, and the receiver's "continue" once the whole ring is
+reposted (`sovia bench sweep --transport vi --ring 32 --frag F`). With
+32 KiB descriptors it is the tool's shape for polling and blocking VI;
+with 1,500-byte pieces (what M-VIA did per Ethernet frame over its GigE
+NICs) each large message costs a descriptor and a doorbell per frame and
+a stop for "continue" every 32 frames, the MTU effect of the paper's
+M-VIA curves against cLAN's (whose NIC took whole messages)."""
 import statistics
 
 from . import benchjobs as bj
@@ -20,11 +30,17 @@ from .runner import have
 NAME = "netpipe"
 TITLE = "NetPIPE sweeps: vi, vi-block, sovia, tcp, and NPtcp under sovia run (seed 001)"
 SWEEPS = ("vi", "vi-block", "sovia", "tcp")
+# NetPIPE-VIA's ring: (label, transport, variant, `bench sweep` arguments).
+RING_ARGS = ("--ring", "32", "--frag", "32K")
+RINGS = (("vi ring 32x32K", "vi", "ring", RING_ARGS),
+         ("vi-block ring 32x32K", "vi-block", "ring", RING_ARGS),
+         ("vi ring 32x1500 (MTU)", "vi", "ring-mtu", ("--ring", "32", "--frag", "1500")))
 NP_KERNEL, NP_SOVIA = "NPtcp kernel", "NPtcp sovia run"
 
 
 def plan(mode, ctx):
     jobs = [bj.sweep(mode, t) for t in SWEEPS]
+    jobs += [bj.sweep(mode, t, variant=v, extra=a) for _, t, v, a in RINGS]
     if have("NPtcp"):
         est = sum(3 * max(1, (u // max(l, 1)).bit_length()) * 0.05 + r * u * 2 / 1e9 + 1
                   for l, u, r in mode.nptcp)
@@ -38,13 +54,14 @@ def plan(mode, ctx):
 def _curves(store):
     """Per sweep, each size's median over the rounds that ran it."""
     out = {}
-    for t in SWEEPS:
+    for t, var in [(t, "") for t in SWEEPS] + [(t, v) for _, t, v, _ in RINGS]:
         by = {}
-        for r in store.results(bj.key_sweep(t)):
+        for r in store.results(bj.key_sweep(t, var)):
             for x in r.get("rows", []):
                 by.setdefault(x["size"], []).append(x["one_way_p50_us"])
         if by:
-            out[t] = [{"size": s, "one_way_us": statistics.median(v),
+            name = next((lab for lab, rt, rv, _ in RINGS if (rt, rv) == (t, var)), t)
+            out[name] = [{"size": s, "one_way_us": statistics.median(v),
                        "mbps": s * 8 / statistics.median(v), "rounds": len(v)}
                       for s, v in sorted(by.items())]
     for name, k in ((NP_KERNEL, ("nptcp", "kernel")), (NP_SOVIA, ("nptcp", "sovia"))):
@@ -88,6 +105,8 @@ def report(mode, store, out):
     lat_vt, peak_vt = r("vi", "tcp", "latency_us"), r("vi", "tcp", "peak_mbps")
     blk = r("vi-block", "vi", "latency_us")
     np_lat, np_peak = r(NP_SOVIA, NP_KERNEL, "latency_us"), r(NP_SOVIA, NP_KERNEL, "peak_mbps")
+    ring_blk = r(RINGS[1][0], RINGS[0][0], "latency_us")
+    ring_mtu = r(RINGS[2][0], RINGS[0][0], "peak_mbps")
     checks = [
         ("VI / TCP latency", p["vi_poll_lat"] / p["tcp_lat"], lat_vt,
          None if lat_vt is None else lat_vt < 0.5),
@@ -96,6 +115,11 @@ def report(mode, store, out):
         ("VI blocking / polling latency (1 CPU; 2 CPUs)",
          f"{p['vi_block_lat'] / p['vi_poll_lat']:.2f}; "
          f"{pd['vi_block_lat'] / pd['vi_poll_lat']:.1f}", blk, None),
+        ("NetPIPE-VIA ring: blocking / polling latency", "(as above)", ring_blk, None),
+        ("NetPIPE-VIA ring: 1,500-byte pieces / 32 KiB pieces, peak throughput "
+         "(paper: M-VIA over GNIC-II / cLAN, polling)",
+         paper.NETPIPE["gnic2"]["vi_poll_peak"] / p["vi_poll_peak"], ring_mtu,
+         None if ring_mtu is None else ring_mtu < 1),
         ("NPtcp: sovia run / kernel latency (unmodified program)", "—", np_lat,
          None if np_lat is None else np_lat < 1),
         ("NPtcp: sovia run / kernel peak throughput", "—", np_peak,

@@ -16,21 +16,22 @@
 enum { OPT_TRANSPORT = 't', OPT_SIZE = 's', OPT_ITERS = 'n', OPT_SECONDS = 'S',
        OPT_MAX_SIZE = 'm', OPT_JSON = 'j', OPT_CONFIG = 'c', OPT_SAME_CPU = 'C',
        OPT_HELP = 'h', OPT_PAIRS = 'P', OPT_CONNS = 'K', OPT_THREADS = 'T', OPT_WARMUP = 'W',
-       OPT_COUNT = 'N', OPT_CLIENTS = 'L', OPT_ACTIVE = 'A' };
+       OPT_COUNT = 'N', OPT_CLIENTS = 'L', OPT_ACTIVE = 'A', OPT_RING = 'R', OPT_FRAG = 'F' };
 
 #define O_TRANSPORT {"transport", required_argument, NULL, OPT_TRANSPORT}
 #define O_SIZE {"size", required_argument, NULL, OPT_SIZE}
 #define O_JSON {"json", no_argument, NULL, OPT_JSON}
 #define O_CONFIG {"config", required_argument, NULL, OPT_CONFIG}
 #define O_HELP {"help", no_argument, NULL, OPT_HELP}
+#define O_RING {"ring", required_argument, NULL, OPT_RING}, {"frag", required_argument, NULL, OPT_FRAG}
 #define O_END {NULL, 0, NULL, 0}
 
 static const struct option lat_opts[] = {
-    O_TRANSPORT, O_SIZE, {"iters", required_argument, NULL, OPT_ITERS}, O_CONFIG, O_JSON,
-    O_HELP, O_END};
+    O_TRANSPORT, O_SIZE, {"iters", required_argument, NULL, OPT_ITERS}, O_CONFIG, O_RING,
+    O_JSON, O_HELP, O_END};
 static const struct option bw_opts[] = {
-    O_TRANSPORT, O_SIZE, {"seconds", required_argument, NULL, OPT_SECONDS}, O_CONFIG, O_JSON,
-    O_HELP, O_END};
+    O_TRANSPORT, O_SIZE, {"seconds", required_argument, NULL, OPT_SECONDS}, O_CONFIG, O_RING,
+    O_JSON, O_HELP, O_END};
 static const struct option idle_opts[] = {
     O_TRANSPORT, {"seconds", required_argument, NULL, OPT_SECONDS}, O_CONFIG, O_JSON, O_HELP,
     O_END};
@@ -38,8 +39,8 @@ static const struct option wake_opts[] = {
     {"iters", required_argument, NULL, OPT_ITERS}, {"same-cpu", no_argument, NULL, OPT_SAME_CPU},
     O_JSON, O_HELP, O_END};
 static const struct option sweep_opts[] = {
-    O_TRANSPORT, {"max-size", required_argument, NULL, OPT_MAX_SIZE}, O_CONFIG, O_JSON, O_HELP,
-    O_END};
+    O_TRANSPORT, {"max-size", required_argument, NULL, OPT_MAX_SIZE}, O_CONFIG, O_RING, O_JSON,
+    O_HELP, O_END};
 static const struct option rr_opts[] = {
     O_TRANSPORT, {"pairs", required_argument, NULL, OPT_PAIRS},
     {"conns", required_argument, NULL, OPT_CONNS}, O_SIZE,
@@ -66,6 +67,13 @@ static const struct option epoll_opts[] = {
     "                 'sovia bench --help' lists them) on top of the environment;\n"         \
     "                 the transport's wait mode still applies. Without a label that\n"      \
     "                 turns combining on, TCP_NODELAY is set (as for tcp).\n"
+#define HELP_RING                                                                             \
+    "  --ring N       vi transports only: NetPIPE-VIA's ring (seed 001): N receive\n"        \
+    "                 descriptors with a buffer each; the sender stops after N\n"           \
+    "                 unacknowledged pieces until the receiver, all N reposted,\n"          \
+    "                 says \"continue\" (1 to 1024; N * piece <= 64M)\n"                    \
+    "  --frag F       with --ring: bytes per descriptor (default: the largest\n"           \
+    "                 message); a message goes as ceil(size / F) pieces\n"
 
 struct bench_mode_desc {
     const char *name;
@@ -77,7 +85,8 @@ struct bench_mode_desc {
 
 static const struct bench_mode_desc modes[] = {
     {"lat", BENCH_LAT, "ping-pong latency (one-way = half the round trip)",
-     "usage: sovia bench lat --transport T --size N [--iters K] [--config LABEL] [--json]\n"
+     "usage: sovia bench lat --transport T --size N [--iters K] [--config LABEL]\n"
+     "                 [--ring N [--frag F]] [--json]\n"
      "\n"
      "Ping-pong between two processes: one-way latency is half the round trip.\n"
      "Round trips are timed in batches (CLOCK_MONOTONIC) so the clock does not\n"
@@ -90,12 +99,14 @@ static const struct bench_mode_desc modes[] = {
      "  --iters K      round trips (default 100000, fewer for large sizes so that\n"
      "                 at most 1 GiB moves each way)\n"
      HELP_CONFIG
+     HELP_RING
      "  --json         one JSON object per line: transport, size, iters,\n"
      "                 one_way_p50_us, one_way_mean_us (sovia transports: also\n"
      "                 config, the label or \"default\")\n",
      lat_opts},
     {"bw", BENCH_BW, "unidirectional streaming bandwidth",
-     "usage: sovia bench bw --transport T --size N [--seconds S] [--config LABEL] [--json]\n"
+     "usage: sovia bench bw --transport T --size N [--seconds S] [--config LABEL]\n"
+     "                 [--ring N [--frag F]] [--json]\n"
      "\n"
      "The sender streams messages of N bytes for S seconds, then the receiver\n"
      "acknowledges the last message with a small reply and the sender stops the\n"
@@ -105,11 +116,13 @@ static const struct bench_mode_desc modes[] = {
      "  --size N       message size in bytes; K and M suffixes (1K = 1024)\n"
      "  --seconds S    streaming time (default 2; fractions allowed)\n"
      HELP_CONFIG
+     HELP_RING
      "  --json         one JSON object per line: transport, size, iters (messages),\n"
      "                 seconds, gbps (sovia transports: also config)\n",
      bw_opts},
     {"sweep", BENCH_SWEEP, "NetPIPE-style latency/throughput sweep over sizes",
-     "usage: sovia bench sweep --transport T [--max-size N] [--config LABEL] [--json]\n"
+     "usage: sovia bench sweep --transport T [--max-size N] [--config LABEL]\n"
+     "                 [--ring N [--frag F]] [--json]\n"
      "\n"
      "NetPIPE-style sweep (Ong & Farrell): sizes c-3, c, c+3 for c = 1, 2, 4, ...\n"
      "bytes. Each size is a ping-pong run whose iteration count is calibrated so\n"
@@ -123,6 +136,7 @@ static const struct bench_mode_desc modes[] = {
      "                 need multi-GB messages. Transports with a smaller message\n"
      "                 limit (vi: 4M) stop there.\n"
      HELP_CONFIG
+     HELP_RING
      "  --json         one JSON object per line and size: transport, size, iters,\n"
      "                 one_way_p50_us, one_way_mean_us, mbps (sovia transports:\n"
      "                 also config)\n",
@@ -450,6 +464,18 @@ static int parse_mode(const struct bench_mode_desc *m, int argc, char **argv)
             else if (!cli_parse_seconds(optarg, &p.warmup) || p.warmup > 3600)
                 return cli_usage_error(where, "bad --warmup '%s' (0 to 3600)", optarg);
             break;
+        case OPT_RING:
+            if (!cli_parse_u64(optarg, &n) || n < 1 || n > BENCH_RING_MAX)
+                return cli_usage_error(where, "bad --ring '%s' (1 to %u)", optarg,
+                                       BENCH_RING_MAX);
+            p.ring = (unsigned)n;
+            break;
+        case OPT_FRAG:
+            if (!cli_parse_size(optarg, &p.frag) || p.frag < BENCH_FRAG_MIN ||
+                p.frag > BENCH_SIZE_LIMIT)
+                return cli_usage_error(where, "bad --frag '%s' (%zu bytes to 1024M; K/M suffixes)",
+                                       optarg, BENCH_FRAG_MIN);
+            break;
         case ':':
             return cli_usage_error(where, "option '%s' needs a value", argv[optind - 1]);
         default:
@@ -459,6 +485,8 @@ static int parse_mode(const struct bench_mode_desc *m, int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage_error(where, "unexpected argument '%s'", argv[optind]);
+    if (p.frag && !p.ring)
+        return cli_usage_error(where, "--frag needs --ring");
     if (m->mode == BENCH_WAKE)
         return bench_run(&p);
     if (m->mode == BENCH_RR)
