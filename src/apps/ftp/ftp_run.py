@@ -14,7 +14,7 @@ From the shell:
 
     ftp_run.py bench --sizes 13374187,168919040,1G [--transports tcp,sovia,ksovia,lane,cp]
                      [--sovia PATH] [--mode MODE] [--active] [--repeat N]
-                     [--profile latency|throughput|balanced]
+                     [--profile latency|throughput|balanced] [--quickack]
         one JSON line per (size, transport): {"size_bytes", "transport",
         "seconds", "mbps", "runs", "carried", and for ftp "mode", "passive",
         "profile"}; seconds as the ftp client reports them (as in the
@@ -23,7 +23,10 @@ From the shell:
         under `sovia ksock`: the BPF path redirected the files). A transport that
         fails gives no row (its error on stderr); exit status 1 only when
         nothing was measured. Default mode inetd-run (its data connections
-        are the ones sovia can carry today), passive.
+        are the ones sovia can carry today), passive. --quickack: tcp and
+        sovia run in a namespace of the script's own whose loopback routes
+        acknowledge at once (class QuickAck says why); their rows say
+        "quickack": true.
     ftp_run.py check [--sovia PATH] [--server-sovia] [--client-sovia]
                      [--mode MODE] [--active] [--size 1M]
         one session (get, put, dir), sha256 compared, the client's output
@@ -31,6 +34,7 @@ From the shell:
         failure by hand.
 """
 import argparse
+import contextlib
 import ctypes
 import hashlib
 import json
@@ -146,6 +150,54 @@ def bench_ksovia(ns, size):
     return rows[0]["runs"], bool(m and int(m.group(2)) >= size * ns.repeat)
 
 
+def sweep_namespaces():
+    """Removes this script's namespaces of runs whose process is gone
+    (SIGKILLed: no handler ran)."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for name in (l.split()[0] for l in out.splitlines() if l.strip()):
+        m = re.fullmatch(r"sovia-ftp-[abq]-(\d+)-[0-9a-f]{6}", name)
+        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+class QuickAck:
+    """A network namespace of our own whose loopback routes carry
+    `quickack 1`: kernel TCP acknowledges at once instead of delaying the
+    ACK (Linux's delayed-ACK timer is at least 40 ms). ftpd writes its
+    "150" and "226" replies on the control connection without TCP_NODELAY;
+    the client has nothing to send after "150", so its ACK waits for the
+    timer and Nagle holds "226" behind it: every get takes at least ~40 ms
+    however small the file (measured: a 100 KB get 42-49 ms over both
+    transports, 0.1-0.6 ms with quickack). --quickack measures the transfer
+    instead of that timer; removed on exit however the block ends."""
+    ROUTES = (["127.0.0.0/8"], ["127.0.0.1"])
+
+    def __init__(self):
+        self.ns = f"sovia-ftp-q-{os.getpid()}-{secrets.token_hex(3)}"
+        self.made = False
+
+    def __enter__(self):
+        sweep_namespaces()
+        try:
+            for cmd in (["ip", "netns", "add", self.ns],
+                        ["ip", "-n", self.ns, "link", "set", "lo", "up"],
+                        *(["ip", "-n", self.ns, "route", "change", "local", *dst, "dev", "lo",
+                           "table", "local", "proto", "kernel", "scope", "host", "src",
+                           "127.0.0.1", "quickack", "1"] for dst in self.ROUTES)):
+                r = subprocess.run(cmd, capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise RuntimeError(f"--quickack: {' '.join(cmd)}: {r.stderr.strip()}")
+                self.made = True
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        if self.made:
+            subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+
+
 class Lane:
     """Two network namespaces of our own joined by `sovia lane up` (LANE:
     kernel TCP/IP over TUN devices whose frames cross vipl, docs/LANE.md),
@@ -159,23 +211,13 @@ class Lane:
         self.proc = None
 
     @staticmethod
-    def sweep():
-        """Removes the namespaces of runs whose process is gone (SIGKILLed:
-        no handler ran)."""
-        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        for name in (l.split()[0] for l in out.splitlines() if l.strip()):
-            m = re.fullmatch(r"sovia-ftp-[ab]-(\d+)-[0-9a-f]{6}", name)
-            if m and not os.path.exists(f"/proc/{m.group(1)}"):
-                subprocess.run(["ip", "netns", "del", name], capture_output=True)
-
-    @staticmethod
     def _die_with_parent():
         # the lane's forwarders go (SIGTERM: they take their devices down)
         # when this script dies, however it dies
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
     def __enter__(self):
-        self.sweep()
+        sweep_namespaces()
         try:
             for n in self.ns:
                 subprocess.run(["ip", "netns", "add", n], check=True, capture_output=True)
@@ -224,8 +266,10 @@ def bench_one(ns, d, size, tr):
     if tr == "lane":
         return bench_lane(ns, d, size)
     sovia = ns.sovia if tr == "sovia" else None
-    with Server(d, ns.mode, sovia, profile=ns.profile) as srv:
-        got = [one_get(srv, d, size, sovia, not ns.active, ns.timeout, ns.profile)
+    with contextlib.ExitStack() as stack:
+        net = stack.enter_context(QuickAck()).ns if ns.quickack else None
+        srv = stack.enter_context(Server(d, ns.mode, sovia, profile=ns.profile, netns=net))
+        got = [one_get(srv, d, size, sovia, not ns.active, ns.timeout, ns.profile, netns=net)
                for _ in range(ns.repeat)]
     carried = all(g[1] for g in got) if tr == "sovia" else None
     if carried is False:
@@ -250,6 +294,8 @@ def bench(ns):
                 if tr != "cp":
                     row.update(mode=ns.mode, passive=not ns.active,
                                profile=ns.profile if tr == "sovia" else None)
+                if tr in ("tcp", "sovia") and ns.quickack:
+                    row.update(quickack=True)
                 try:
                     runs, carried = bench_one(ns, d, size, tr)
                 except RuntimeError as e:
@@ -318,6 +364,9 @@ def main():
                    default=[13374187, 168919040, 1 << 30])
     b.add_argument("--transports", type=lambda s: s.split(","), default=["tcp", "sovia", "cp"])
     b.add_argument("--repeat", type=int, default=3)
+    b.add_argument("--quickack", action="store_true",
+                   help="tcp and sovia in a network namespace whose loopback acknowledges "
+                        "at once (no 40 ms delayed-ACK floor: see QuickAck)")
     c = sub.choices["check"]
     c.add_argument("--size", type=parse_size, default=1 << 20)
     c.add_argument("--server-sovia", action="store_true")
