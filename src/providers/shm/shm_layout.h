@@ -30,9 +30,13 @@
 
 #define SHM_LINE 64
 #define SHM_MAGIC 0x53564941u /* "SVIA" */
-#define SHM_VERSION 3u /* 3: export entries name memory outside the arena (flags) */
+#define SHM_VERSION 4u /* 4: a completion is two lines, 96 inline bytes */
 #define SHM_POST_SEGS 6
-#define SHM_INLINE_MAX 32
+/* Data up to this long rides in the completion slot: a request or an
+ * answer of an RPC never touches a page of the receiver's buffers from the
+ * sender's side (on a connection taking turns with thousands of others,
+ * each such page was a fault in both processes). */
+#define SHM_INLINE_MAX 96
 #define SHM_MAX_DEPTH 4096
 #define SHM_REG_SLOTS 64
 #define SHM_MAX_SEGMENT (1u << 30)
@@ -123,7 +127,7 @@ struct shm_rx_live {
     uint32_t reserved[15];
 };
 
-struct shm_cmpl { /* one line: the completion of message s */
+struct shm_cmpl { /* two lines: the completion of message s (data <= 32 B: the first only) */
     _Atomic uint32_t seq; /* s + 1, stored last */
     uint32_t status;      /* VIP_STATUS_* as the sender sees it (no DONE bit) */
     uint32_t length;
@@ -139,7 +143,7 @@ struct shm_rx {
 };
 
 _Static_assert(sizeof(struct shm_rx_live) == SHM_LINE, "rx live is one line");
-_Static_assert(sizeof(struct shm_cmpl) == SHM_LINE, "a completion is one line");
+_Static_assert(sizeof(struct shm_cmpl) == 2 * SHM_LINE, "a completion is two lines");
 
 /* ---- wake pages of a CQ ------------------------------------------------- */
 /* A CQ has an "armed" page (owner writes, sealed) and a "word" page (every
