@@ -3,7 +3,8 @@
 same checks as one object; the exit status is the worst check (0 ok, 1 a
 warning, 2 a failure). Checks made to fail: RLIMIT_NOFILE lowered (a
 warning), a variable sovia does not read and a value it ignores (warnings),
-a provider that does not exist (a failure), a bad argument (usage, 2).
+a provider that does not exist (a failure), a directory of a killed report
+run in /dev/shm (a warning), a bad argument (usage, 2).
 
 usage: test_doctor.py /path/to/sovia
 """
@@ -103,6 +104,25 @@ class DoctorTest(unittest.TestCase):
             os.chmod(path, 0o600)
             rc, got, by_name = checks(env={"SOVIA_CLUSTER_KEY_FILE": path})
             self.assertEqual(by_name["cluster_key"]["status"], "ok")
+
+    def test_leftover_of_a_killed_run(self):
+        dead = subprocess.Popen(["true"])
+        dead.wait()  # its pid no longer runs
+        gone = "/dev/shm/ftprun-%d-doctortest" % dead.pid
+        live = "/dev/shm/ftprun-%d-doctortest" % os.getpid()
+        try:
+            os.mkdir(gone, 0o700)
+            os.mkdir(live, 0o700)
+            rc, got, by_name = checks()
+            self.assertEqual(by_name["leftovers"]["status"], "warn")
+            self.assertIn(gone, by_name["leftovers"]["value"])
+            self.assertNotIn(live, by_name["leftovers"]["value"])  # in use
+            self.assertGreaterEqual(rc, 1)
+        finally:
+            os.rmdir(gone)
+            os.rmdir(live)
+        rc, got, by_name = checks()
+        self.assertNotIn(gone, by_name["leftovers"]["value"])
 
     def test_bad_argument(self):
         r = doctor("--nosuch")

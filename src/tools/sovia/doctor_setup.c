@@ -304,16 +304,22 @@ void doctor_environment(struct doctor *d)
 
 /* ---- Leftovers ----------------------------------------------------------- */
 
-/* Entries named prefix* in dir; their names in out. */
-static int find_named(const char *dir, const char *prefix, char *out, size_t len)
+/* Entries of dir named prefix<pid>... whose pid no longer runs (the
+ * ones of running processes are in use); their paths in out. */
+static int find_dead(const char *dir, const char *prefix, char *out, size_t len)
 {
     DIR *dh = opendir(dir);
     int n = 0;
-    size_t used = strlen(out);
+    size_t used = strlen(out), pl = strlen(prefix);
     if (!dh)
         return 0;
     for (struct dirent *e; (e = readdir(dh));) {
-        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+        char *end, proc[32];
+        if (strncmp(e->d_name, prefix, pl) != 0)
+            continue;
+        long pid = strtol(e->d_name + pl, &end, 10);
+        snprintf(proc, sizeof proc, "/proc/%ld", pid);
+        if (end == e->d_name + pl || pid <= 0 || access(proc, F_OK) == 0)
             continue;
         n++;
         if (used + strlen(dir) + strlen(e->d_name) + 3 < len)
@@ -324,17 +330,39 @@ static int find_named(const char *dir, const char *prefix, char *out, size_t len
     return n;
 }
 
+/* sovia ksock makes its cgroups beside the caller's (ksock_cgroup.c):
+ * this process's cgroup v2 directory, or "" if none. */
+static void own_cgroup(char *out, size_t len)
+{
+    char line[512];
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    out[0] = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "0::/", 4) == 0) {
+            line[strcspn(line, "\n")] = 0;
+            if (strcmp(line + 3, "/") != 0)
+                snprintf(out, len, "/sys/fs/cgroup%s", line + 3);
+        }
+    if (f)
+        fclose(f);
+}
+
 void doctor_leftovers(struct doctor *d)
 {
-    char found[160] = "";
-    int n = find_named("/dev/shm", "sovia", found, sizeof found) +
-            find_named("/run/netns", "sovia", found, sizeof found) +
-            find_named("/sys/fs/cgroup", "sovia-ksock.", found, sizeof found);
+    char found[160] = "", cg[600];
+    own_cgroup(cg, sizeof cg);
+    /* What the report's FTP runs (src/apps/ftp/ftp_run.py) and sovia ksock
+     * make, each named with its maker's pid, and remove unless killed. */
+    int n = find_dead("/dev/shm", "ftprun-", found, sizeof found) +
+            find_dead("/run/netns", "sovia-ftp-a-", found, sizeof found) +
+            find_dead("/run/netns", "sovia-ftp-b-", found, sizeof found) +
+            find_dead("/sys/fs/cgroup", "sovia-ksock.", found, sizeof found) +
+            (cg[0] ? find_dead(cg, "sovia-ksock.", found, sizeof found) : 0);
     if (n)
         doctor_add(d, "leftovers", DOC_WARN, found,
-                   "%d left by processes that did not finish (test and report runs): remove "
-                   "/dev/shm ones with rm -r, namespaces with ip netns delete, cgroups with "
-                   "rmdir (sovia ksock sweeps its own)", n);
+                   "%d left by processes that were killed: remove /dev/shm ones with rm -r, "
+                   "namespaces with ip netns delete, cgroups with rmdir (the next sovia ksock "
+                   "and report runs sweep their own)", n);
     else
         doctor_add(d, "leftovers", DOC_OK, "none",
                    "connections live in memfds and abstract sockets, which go with their "
