@@ -217,9 +217,10 @@ static void configuration(struct doctor *d)
                           : c.window == 64              ? "throughput"
                                                         : "balanced";
     char v[160];
-    snprintf(v, sizeof v, "window %u, ack %u, mtu %zu, copy %s/%zu, wait %s/%u us, %s",
-             c.window, c.ack_threshold, c.mtu, copy[c.copy_mode], c.copy_threshold,
-             wait[c.wait_mode], c.spin_us, handling[c.handling]);
+    snprintf(v, sizeof v, "window %u, ack %u, mtu %zu, copy %s/%zu, wait %s/%u us, %s, "
+             "combine %s", c.window, c.ack_threshold, c.mtu, copy[c.copy_mode],
+             c.copy_threshold, wait[c.wait_mode], c.spin_us, handling[c.handling],
+             c.combine ? "on" : "off");
     doctor_add(d, "config", DOC_OK, v, "what new sockets get here (like the %s profile; "
                "sovia run --profile sets it unless SOVIA_* says otherwise)", profile);
     check_number(d, "SOVIA_WINDOW", c.window);
