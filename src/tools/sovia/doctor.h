@@ -17,7 +17,7 @@ struct doctor_check {
 };
 
 struct doctor {
-    struct doctor_check c[40];
+    struct doctor_check c[64];
     size_t n;
 };
 

@@ -120,7 +120,7 @@ static int fabric_providers(int fd)
         used += wl - 1; /* the next word shares the space */
     }
     freeinfo(info);
-    dprintf(fd, "%s", seen + 1);
+    dprintf(fd, "%s", used ? seen + 1 : "");
     return 0;
 }
 
@@ -168,14 +168,29 @@ static int effective_config(int fd)
     return write(fd, &c, sizeof c) == (ssize_t)sizeof c ? 0 : 1;
 }
 
+/* What the libraries, the preload and the tool read. */
 static const char *const known_vars[] = {
     "SOVIA_ACK_THRESHOLD", "SOVIA_CLUSTER_KEY_FILE", "SOVIA_COMBINE", "SOVIA_COMBINE_MS",
     "SOVIA_CONFIG", "SOVIA_COPY_MODE", "SOVIA_COPY_THRESHOLD", "SOVIA_FAR_PROVIDER",
     "SOVIA_HANDLING", "SOVIA_INHERIT", "SOVIA_MTU", "SOVIA_PAIR_TIMEOUT_MS", "SOVIA_PRELOAD",
-    "SOVIA_PROVIDER", "SOVIA_PYTHON", "SOVIA_REPORT_DIR", "SOVIA_SHORT_CONNS", "SOVIA_SPIN_US",
-    "SOVIA_STAT_LOG", "SOVIA_VIPL_DEVICE", "SOVIA_VIPL_HINTS", "SOVIA_VIPL_SPIN_US", "SOVIA_WAIT",
-    "SOVIA_WINDOW", "SOVIA_XHOST_CONNECT_MS",
+    "SOVIA_PROVIDER", "SOVIA_PYTHON", "SOVIA_SHORT_CONNS", "SOVIA_SPIN_US", "SOVIA_STAT_LOG",
+    "SOVIA_VIPL_DEVICE", "SOVIA_VIPL_HINTS", "SOVIA_VIPL_SPIN_US", "SOVIA_WAIT", "SOVIA_WINDOW",
+    "SOVIA_XHOST_CONNECT_MS",
 };
+/* What the benchmarks, the report and the project's scripts read. */
+static const char *const script_prefixes[] = {
+    "SOVIA_BENCH_", "SOVIA_REPORT_", "SOVIA_FUZZ", "SOVIA_CLUSTER", "SOVIA_BUILD",
+    "SOVIA_SANITIZE", "SOVIA_DEB_BUILD", "SOVIA_FIGURES_OUT", "SOVIA_APPS_DIR",
+    "SOVIA_SOURCE_DIR", "SOVIA_COMPAT_BROKEN",
+};
+
+static bool read_by_scripts(const char *var)
+{
+    for (size_t k = 0; k < sizeof script_prefixes / sizeof *script_prefixes; k++)
+        if (strncmp(var, script_prefixes[k], strlen(script_prefixes[k])) == 0)
+            return true;
+    return false;
+}
 
 /* A numeric variable whose value the configuration does not show was
  * ignored (not a number, out of range, or a combination that fails). */
@@ -238,13 +253,14 @@ static void variables(struct doctor *d)
     char set[160] = "";
     size_t used = 0;
     for (char **e = environ; *e; e++) {
-        if (strncmp(*e, "SOVIA_", 6) != 0 || strncmp(*e, "SOVIA_BENCH_", 12) == 0 ||
-            strncmp(*e, "SOVIA_REPORT_", 13) == 0)
+        if (strncmp(*e, "SOVIA_", 6) != 0)
             continue;
         size_t n = strcspn(*e, "=");
         bool known = false;
         for (size_t k = 0; k < sizeof known_vars / sizeof *known_vars && !known; k++)
             known = strlen(known_vars[k]) == n && strncmp(known_vars[k], *e, n) == 0;
+        if (!known && read_by_scripts(*e))
+            continue;
         if (!known) {
             char name[64];
             snprintf(name, sizeof name, "%.*s", (int)(n < 63 ? n : 63), *e);
