@@ -9,6 +9,10 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 sovia="${SOVIA_BUILD:-$top/build}/bin/sovia"
 
 echo
+echo "== this machine: what sovia will do here ('sovia doctor' for each check) =="
+"$sovia" doctor | head -n 1 || true
+
+echo
 echo "== one-way latency, 4-byte messages, microseconds (lower is better) =="
 for t in limit limit-shared vi sovia ucx vi-block sovia-adaptive tcp-poll tcp uds; do
   "$sovia" bench lat --transport "$t" --size 4 --iters 50000 || true

@@ -15,6 +15,11 @@ build = sys.argv[1]
 NAMES = ("sovia", "libsovia-preload.so", "libsovia.so", "libvipl.so")
 
 
+def is_elf(path):
+    with open(path, "rb") as f:
+        return f.read(4) == b"\x7fELF"
+
+
 def products(root):
     for d, _, names in os.walk(root):
         if "CMakeFiles" in d:
@@ -22,8 +27,8 @@ def products(root):
         for n in names:
             p = os.path.join(d, n)
             ours = n == "sovia" or any(n.startswith(x) for x in NAMES[1:])
-            if ours and os.path.isfile(p) and not os.path.islink(p):
-                yield p
+            if ours and os.path.isfile(p) and not os.path.islink(p) and is_elf(p):
+                yield p  # not the bash completion, also named sovia
 
 
 def search_paths(path):

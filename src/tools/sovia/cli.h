@@ -24,6 +24,7 @@ int cmd_report(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 int cmd_ksock(int argc, char **argv);
 int cmd_lane(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 
 /* Byte counts: decimal digits with an optional K or M suffix (1K = 1024). */
 bool cli_parse_size(const char *s, size_t *out);

@@ -19,6 +19,7 @@ static const struct sovia_command commands[] = {
     {"ksock", "run a program with KSOVIA: BPF carries its loopback TCP past TCP/IP", cmd_ksock},
     {"lane", "IP over VI: kernel TCP/IP between two network namespaces over a VI", cmd_lane},
     {"report", "run the papers' experiments; write REPORT.md, plots, results.json", cmd_report},
+    {"doctor", "check this machine: what sovia will do here and why", cmd_doctor},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
