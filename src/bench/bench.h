@@ -21,7 +21,7 @@ enum {
 };
 
 enum bench_mode { BENCH_LAT, BENCH_BW, BENCH_SWEEP, BENCH_IDLE, BENCH_WAKE, BENCH_RR, BENCH_CONNS,
-                  BENCH_CONNRATE, BENCH_EPOLL };
+                  BENCH_CONNRATE, BENCH_EPOLL, BENCH_ANATOMY };
 
 struct bench_params {
     enum bench_mode mode;

@@ -49,6 +49,8 @@ static int drive(const struct bench_transport *t, void *ep, const struct bench_p
     }
     case BENCH_SWEEP:
         return bench_measure_sweep(t, ep, max_msg, p->json, cfg);
+    case BENCH_ANATOMY:
+        return bench_anatomy_drive(t, ep, p);
     case BENCH_WAKE:
     case BENCH_RR:
     case BENCH_CONNS:
@@ -112,6 +114,10 @@ int bench_run(const struct bench_params *p)
         if (t->check_config(p->config) != 0)
             return BENCH_EXIT_USAGE;
     }
+    if (p->mode == BENCH_ANATOMY && !bench_anatomy_traced(t->name)) {
+        fprintf(stderr, "sovia bench anatomy: no probes in %s (vi, sovia)\n", t->name);
+        return BENCH_EXIT_USAGE;
+    }
     if (t->run_external)
         return t->run_external(p);
 
@@ -142,8 +148,14 @@ int bench_run(const struct bench_params *p)
             bench_out_unavailable(t->name, "", true);
         return BENCH_EXIT_UNAVAILABLE;
     }
+    if (p->mode == BENCH_ANATOMY && bench_anatomy_prepare(p) != 0) {
+        if (t->release)
+            t->release(shared);
+        return BENCH_EXIT_FAIL;
+    }
     pid = bench_fork_peer();
     if (pid < 0) {
+        bench_anatomy_release();
         if (t->release)
             t->release(shared);
         return BENCH_EXIT_FAIL;
@@ -181,6 +193,7 @@ int bench_run(const struct bench_params *p)
     }
     if (t->release)
         t->release(shared);
+    bench_anatomy_release();
     if (rc != 0)
         fprintf(stderr, "sovia bench: %s: run failed\n", t->name);
     return rc == 0 ? BENCH_EXIT_OK : BENCH_EXIT_FAIL;
