@@ -13,7 +13,7 @@
  * the reply's marks come from the other side). A window missing a mark is
  * left out. The times are per stage medians over the windows.
  */
-#include "bench_internal.h"
+#include "bench_anatomy.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -27,21 +27,7 @@
 #define EVENTS_PER_TRIP 24u
 #define DEFAULT_ITERS 20000u
 
-enum side { DRIVER, PEER };
-
-struct stage {
-    uint32_t point;
-    enum side side;
-    const char *name; /* what the time up to this mark was spent on */
-};
-
-struct path {
-    const char *transport, *path;
-    const struct stage *stages;
-    size_t n;
-};
-
-static const struct stage vipl_stages[] = {
+static const struct anatomy_stage vipl_stages[] = {
     {VIPX_TP_CALL, DRIVER, NULL},
     {VIPX_TP_POST, DRIVER, "user: send credit checked, descriptor filled"},
     {VIPX_TP_DOORBELL, DRIVER, "post: descriptor decoded and checked"},
@@ -52,7 +38,7 @@ static const struct stage vipl_stages[] = {
     {VIPX_TP_RETURN, PEER, "returned to the caller"},
 };
 
-static const struct stage sovia_stages[] = {
+static const struct anatomy_stage sovia_stages[] = {
     {VIPX_TP_CALL, DRIVER, NULL},
     {VIPX_TP_SOV_SEND, DRIVER, "sovia: socket looked up"},
     {VIPX_TP_POST, DRIVER, "sovia: credit, copy into the send slot, descriptor"},
@@ -65,19 +51,20 @@ static const struct stage sovia_stages[] = {
     {VIPX_TP_RETURN, PEER, "sovia: bytes copied out, returned to the caller"},
 };
 
-#define NSTAGES_MAX (sizeof sovia_stages / sizeof sovia_stages[0])
 
-static const struct path paths[] = {
+static const struct anatomy_path paths[] = {
     {"vi", "vipl", vipl_stages, sizeof vipl_stages / sizeof vipl_stages[0]},
     {"sovia", "sovia", sovia_stages, sizeof sovia_stages / sizeof sovia_stages[0]},
 };
 
-/* The two rings, shared by driver and peer (mapped before the fork). */
-static VIPX_TRACE_RING *rings[2];
+VIPX_TRACE_RING *bench_anatomy_rings[2];
+#define rings bench_anatomy_rings
 static size_t ring_bytes;
 
 bool bench_anatomy_traced(const char *transport)
 {
+    if (bench_anatomy_kernel_path(transport))
+        return true;
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
         if (strcmp(paths[i].transport, transport) == 0)
             return true;
@@ -89,9 +76,9 @@ uint64_t bench_anatomy_iters(const struct bench_params *p)
     return p->iters ? p->iters : DEFAULT_ITERS;
 }
 
-int bench_anatomy_prepare(const struct bench_params *p)
+int bench_anatomy_prepare(uint64_t iters)
 {
-    uint64_t cap = bench_anatomy_iters(p) * EVENTS_PER_TRIP + 1024;
+    uint64_t cap = iters * EVENTS_PER_TRIP + 1024;
     size_t one = sizeof(VIPX_TRACE_RING) + cap * sizeof(VIPX_TRACE_EVENT);
     void *m = mmap(NULL, 2 * one, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 
@@ -144,14 +131,14 @@ static bool find(const VIPX_TRACE_EVENT *ev, size_t n, size_t *i, uint32_t point
     return false;
 }
 
-struct windows {
+struct anatomy_windows {
     double *us[NSTAGES_MAX]; /* per stage, per complete window */
     double *total;           /* call to return, per complete window */
     size_t complete, seen;
 };
 
-static void analyse(const struct path *pa, uint32_t arg, double ticks_per_us, double mark,
-                    struct windows *w)
+static void analyse(const struct anatomy_path *pa, uint32_t arg, double ticks_per_us, double mark,
+                    struct anatomy_windows *w)
 {
     size_t n[2], cur[2] = {0, 0};
     const VIPX_TRACE_EVENT *ev[2] = {events(DRIVER, &n[0]), events(PEER, &n[1])};
@@ -192,7 +179,7 @@ static void analyse(const struct path *pa, uint32_t arg, double ticks_per_us, do
 /* What one probe adds to the stage it ends: the median spacing of marks
  * written back to back (seed 002 subtracted its 43 cycles the same way).
  * Uses the driver's ring, then empties it. */
-static double mark_cost_ticks(void)
+double bench_anatomy_mark_cost(void)
 {
     enum { N = 2001 };
     double d[N - 1];
@@ -208,14 +195,15 @@ static double mark_cost_ticks(void)
     return bench_median(d, N - 1);
 }
 
-static double clock_s(void)
+double bench_anatomy_clock_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void out_rows(const struct path *pa, const struct windows *w, double plain_us,
+static void out_rows(const struct anatomy_path *pa, const struct anatomy_windows *w,
+                     double plain_us,
                      double traced_us, double ticks_per_us, double mark_us, bool json)
 {
     double sum = 0, med[NSTAGES_MAX];
@@ -249,15 +237,38 @@ static void out_rows(const struct path *pa, const struct windows *w, double plai
                VipxTraceClockIsTsc() ? "tsc" : "CLOCK_MONOTONIC_RAW", ticks_per_us, mark_us);
 }
 
+int bench_anatomy_finish(const struct anatomy_path *pa, uint32_t arg, uint64_t iters,
+                         double ticks_per_us, double mark, double plain_us, double traced_us,
+                         bool json)
+{
+    struct anatomy_windows w = {0};
+    int rc = -1;
+
+    for (size_t s = 1; s < pa->n; s++)
+        if (!(w.us[s] = malloc(iters * sizeof(double))))
+            goto out;
+    if (!(w.total = malloc(iters * sizeof(double))))
+        goto out;
+    analyse(pa, arg, ticks_per_us, mark, &w);
+    if (w.complete < iters / 2) {
+        fprintf(stderr, "sovia bench anatomy: only %zu of %zu messages had every mark\n",
+                w.complete, w.seen);
+        goto out;
+    }
+    out_rows(pa, &w, plain_us, traced_us, ticks_per_us, mark / ticks_per_us, json);
+    rc = 0;
+out:
+    for (size_t s = 1; s < pa->n; s++)
+        free(w.us[s]);
+    free(w.total);
+    return rc;
+}
+
 int bench_anatomy_drive(const struct bench_transport *t, void *ep, const struct bench_params *p)
 {
-    const struct path *pa = NULL;
+    const struct anatomy_path *pa = NULL;
     uint64_t iters = bench_anatomy_iters(p);
-    struct bench_lat_sample plain;
-    struct windows w = {0};
-    struct bench_lat_sample traced;
-    double ticks_per_us;
-    int rc = -1;
+    struct bench_lat_sample plain, traced;
 
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
         if (strcmp(paths[i].transport, t->name) == 0)
@@ -272,31 +283,14 @@ int bench_anatomy_drive(const struct bench_transport *t, void *ep, const struct 
     memcpy(t->send_buf(ep), &c, sizeof c);
     if (t->send_msg(ep, BENCH_CTRL_LEN) != 0)
         return -1;
-    double mark = mark_cost_ticks();
+    double mark = bench_anatomy_mark_cost();
     VipxTraceStart(rings[DRIVER]);
     uint64_t k0 = VipxTraceClock();
-    double s0 = clock_s();
+    double s0 = bench_anatomy_clock_s();
     if (bench_measure_lat(t, ep, p->size, iters, 0, &traced) != 0)
         return -1;
-    ticks_per_us = (double)(VipxTraceClock() - k0) / ((clock_s() - s0) * 1e6);
+    double ticks_per_us = (double)(VipxTraceClock() - k0) / ((bench_anatomy_clock_s() - s0) * 1e6);
     VipxTraceStart(NULL); /* the quit that follows is not a message of the run */
-
-    for (size_t s = 1; s < pa->n; s++)
-        if (!(w.us[s] = malloc(iters * sizeof(double))))
-            goto out;
-    if (!(w.total = malloc(iters * sizeof(double))))
-        goto out;
-    analyse(pa, (uint32_t)p->size, ticks_per_us, mark, &w);
-    if (w.complete < iters / 2) {
-        fprintf(stderr, "sovia bench anatomy: only %zu of %zu messages had every mark\n",
-                w.complete, w.seen);
-        goto out;
-    }
-    out_rows(pa, &w, plain.p50_us, traced.p50_us, ticks_per_us, mark / ticks_per_us, p->json);
-    rc = 0;
-out:
-    for (size_t s = 1; s < pa->n; s++)
-        free(w.us[s]);
-    free(w.total);
-    return rc;
+    return bench_anatomy_finish(pa, (uint32_t)p->size, iters, ticks_per_us, mark, plain.p50_us,
+                                traced.p50_us, p->json);
 }

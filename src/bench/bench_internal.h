@@ -105,7 +105,7 @@ struct bench_cmd {
  * rings, made before the fork; the peer's start; the driver's run. */
 bool bench_anatomy_traced(const char *transport);
 uint64_t bench_anatomy_iters(const struct bench_params *p);
-int bench_anatomy_prepare(const struct bench_params *p);
+int bench_anatomy_prepare(uint64_t iters);
 void bench_anatomy_release(void);
 void bench_anatomy_peer_start(void);
 int bench_anatomy_drive(const struct bench_transport *t, void *ep, const struct bench_params *p);

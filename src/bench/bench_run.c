@@ -2,7 +2,7 @@
  * bench_run.c - one benchmark run: pick the transport, start the peer
  * process, pin CPUs, run the mode's loop, shut both sides down cleanly.
  */
-#include "bench_internal.h"
+#include "bench_anatomy.h"
 
 #include <string.h>
 #include <unistd.h>
@@ -96,6 +96,8 @@ int bench_run(const struct bench_params *p)
 
     if (p->mode == BENCH_WAKE)
         return bench_run_wake(p);
+    if (p->mode == BENCH_ANATOMY && bench_anatomy_kernel_path(p->transport))
+        return bench_anatomy_kernel(bench_anatomy_kernel_path(p->transport), p);
     if (p->mode == BENCH_RR)
         return bench_run_rr(p);
     if (p->mode == BENCH_CONNS || p->mode == BENCH_CONNRATE || p->mode == BENCH_EPOLL)
@@ -115,7 +117,7 @@ int bench_run(const struct bench_params *p)
             return BENCH_EXIT_USAGE;
     }
     if (p->mode == BENCH_ANATOMY && !bench_anatomy_traced(t->name)) {
-        fprintf(stderr, "sovia bench anatomy: no probes in %s (vi, sovia)\n", t->name);
+        fprintf(stderr, "sovia bench anatomy: no probes in %s (vi, sovia, udp, tcp)\n", t->name);
         return BENCH_EXIT_USAGE;
     }
     if (t->run_external)
@@ -148,7 +150,7 @@ int bench_run(const struct bench_params *p)
             bench_out_unavailable(t->name, "", true);
         return BENCH_EXIT_UNAVAILABLE;
     }
-    if (p->mode == BENCH_ANATOMY && bench_anatomy_prepare(p) != 0) {
+    if (p->mode == BENCH_ANATOMY && bench_anatomy_prepare(bench_anatomy_iters(p)) != 0) {
         if (t->release)
             t->release(shared);
         return BENCH_EXIT_FAIL;

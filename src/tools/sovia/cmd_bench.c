@@ -97,7 +97,7 @@ static const struct bench_mode_desc modes[] = {
      "                 config, the label or \"default\")\n",
      lat_opts},
     {"anatomy", BENCH_ANATOMY, "the stages of one message, from probe points (seed 002)",
-     "usage: sovia bench anatomy --transport vi|sovia [--size N] [--iters K] [--json]\n"
+     "usage: sovia bench anatomy --transport vi|sovia|udp|tcp [--size N] [--iters K] [--json]\n"
      "\n"
      "Where the time of one small message goes, stage by stage (seed 002's\n"
      "Tables 1-3): post, hand-off to the provider, data written, completion\n"
@@ -106,12 +106,14 @@ static const struct bench_mode_desc modes[] = {
      "add up to), then again with the probes of vipl_trace.h on in both\n"
      "processes, each writing the TSC into a ring the two share. Prints each\n"
      "stage's median over the messages, their sum, and the one-way latency\n"
-     "with tracing on and off. Kernel UDP and TCP: the report's anatomy\n"
-     "experiment, from tracepoints (docs/REPORT.md).\n"
+     "with tracing on and off. udp and tcp: the kernel's stages over loopback\n"
+     "from tracepoints (a tracefs instance of its own, x86-tsc clock; root).\n"
      "\n"
-     "  --transport T  vi (vipl over shm, polling) or sovia (polling)\n"
+     "  --transport T  vi (vipl over shm, polling), sovia (polling), or udp, tcp\n"
+     "                 (kernel over loopback, polling recvfrom; tracepoints: root)\n"
      "  --size N       message size in bytes (default 4)\n"
-     "  --iters K      round trips of each of the two runs (default 20000)\n"
+     "  --iters K      round trips of each of the two runs (default 20000; udp\n"
+     "                 and tcp 2000)\n"
      "  --json         one JSON object per stage: path, stage, us; then a\n"
      "                 summary: stages_sum_us, traced_total_us (call to return,\n"
      "                 median), traced_one_way_us, one_way_us (tracing off),\n"
