@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #define DEFAULT_ITERS 2000u
-#define BATCH 100u
+#define BATCH 20u
 
 /* Points of kernel events: above the library's. */
 enum {
