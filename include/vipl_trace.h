@@ -65,10 +65,14 @@ void VipxTraceMark(uint32_t Point, uint32_t Arg);
 uint64_t VipxTraceClock(void);
 int VipxTraceClockIsTsc(void);
 
+/* libvipl reads a flag of its own (provider.h): no GOT load on its path. */
+#ifndef VIPX_TRACE_FLAG
+#define VIPX_TRACE_FLAG VipxTraceOn
+#endif
+
 #define VIPX_TRACE(point, arg)                                                                \
     do {                                                                                      \
-        if (__builtin_expect(__atomic_load_n(&VipxTraceOn, __ATOMIC_RELAXED), 0)) \
-                                                            \
+        if (__builtin_expect(__atomic_load_n(&VIPX_TRACE_FLAG, __ATOMIC_RELAXED), 0))         \
             VipxTraceMark((point), (uint32_t)(arg));                                          \
     } while (0)
 

@@ -83,7 +83,7 @@ VIPL_EXPORT VIP_RETURN VipPostSend(VIP_VI_HANDLE ViHandle, VIP_DESCRIPTOR *Descr
 {
     /* The post's time is taken here, its mark written once the length is
      * known (the anatomy matches marks by length). */
-    uint64_t t0 = __builtin_expect(__atomic_load_n(&VipxTraceOn, __ATOMIC_RELAXED), 0)
+    uint64_t t0 = __builtin_expect(__atomic_load_n(&vipl_trace_on, __ATOMIC_RELAXED), 0)
                       ? VipxTraceClock() : 0;
     struct vipl_vi *vi = vi_of(ViHandle);
     VIP_RETURN r = check_post(vi, DescriptorPtr);

@@ -14,7 +14,10 @@
 #define HAVE_TSC 0
 #endif
 
+/* Two flags, set together: a program (or libsovia) reads the exported
+ * one, libvipl its own without a GOT load. */
 VIPL_EXPORT int VipxTraceOn;
+int vipl_trace_on;
 static __thread VIPX_TRACE_RING *ring;
 
 VIPL_EXPORT uint64_t VipxTraceClock(void)
@@ -40,6 +43,7 @@ VIPL_EXPORT void VipxTraceStart(VIPX_TRACE_RING *Ring)
 {
     ring = Ring;
     __atomic_store_n(&VipxTraceOn, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&vipl_trace_on, 1, __ATOMIC_RELAXED);
 }
 
 void vipl_trace_mark_at(uint32_t point, uint64_t arg, uint64_t tsc)
