@@ -49,6 +49,8 @@ struct bench_params {
 #define BENCH_CTRL_SIZE 64u
 #define BENCH_DEFAULT_BW_SECONDS 2.0
 #define BENCH_DEFAULT_MAX_SIZE ((size_t)8 << 20)
+/* anatomy: round trips at most (its rings keep every mark of a run). */
+#define BENCH_ANATOMY_MAX_ITERS 200000u
 /* Largest --size / --max-size accepted at all (per-transport limits apply too). */
 #define BENCH_SIZE_LIMIT ((size_t)1 << 30)
 

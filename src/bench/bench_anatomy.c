@@ -15,7 +15,6 @@
  */
 #include "bench_anatomy.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -107,14 +106,14 @@ void bench_anatomy_peer_start(void)
     VipxTraceStart(rings[PEER]);
 }
 
-/* The events of a side's ring, oldest first (the ring kept them all: its
- * capacity is sized for the run). */
+/* The events of a side's ring, oldest first; none if it wrapped (it is
+ * sized for the run: then the messages are not complete, and said so). */
 static const VIPX_TRACE_EVENT *events(enum side s, size_t *n)
 {
     const VIPX_TRACE_RING *r = rings[s];
     uint64_t count = __atomic_load_n(&r->Count, __ATOMIC_ACQUIRE);
 
-    *n = count < r->Capacity ? (size_t)count : (size_t)r->Capacity;
+    *n = count <= r->Capacity ? (size_t)count : 0;
     return r->Events;
 }
 

@@ -230,14 +230,16 @@ static int send_all(int fd, const char *buf, size_t len)
     return sendto(fd, buf, len, 0, NULL, 0) == (ssize_t)len ? 0 : -1;
 }
 
-/* The peer: echoes `trips` messages, marking each return. */
-static void peer(int fd, size_t size, uint64_t trips, int cpu)
+/* The peer: echoes `trips` messages, marking each return from the
+ * `traced`-th on (the driver's traced run). */
+static void peer(int fd, size_t size, uint64_t trips, uint64_t traced, int cpu)
 {
     char buf[256];
     if (cpu >= 0)
         (void)bench_pin_self(cpu);
-    VipxTraceStart(bench_anatomy_rings[PEER]);
     for (uint64_t i = 0; i < trips; i++) {
+        if (i == traced)
+            VipxTraceStart(bench_anatomy_rings[PEER]);
         if (poll_recv(fd, buf, size) != 0)
             _exit(1);
         VIPX_TRACE(VIPX_TP_RETURN, size);
@@ -346,7 +348,7 @@ int bench_anatomy_kernel(const struct anatomy_path *pa, const struct bench_param
         goto out;
     if (pid == 0) {
         close(fds[0]);
-        peer(fds[1], p->size, warm + 2 * iters, cpus[1]);
+        peer(fds[1], p->size, warm + 2 * iters, warm + iters, cpus[1]);
     }
     close(fds[1]);
     fds[1] = -1;

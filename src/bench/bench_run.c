@@ -96,6 +96,11 @@ int bench_run(const struct bench_params *p)
 
     if (p->mode == BENCH_WAKE)
         return bench_run_wake(p);
+    if (p->mode == BENCH_ANATOMY && p->iters > BENCH_ANATOMY_MAX_ITERS) {
+        fprintf(stderr, "sovia bench anatomy: --iters at most %u (the rings hold every mark)\n",
+                BENCH_ANATOMY_MAX_ITERS);
+        return BENCH_EXIT_USAGE;
+    }
     if (p->mode == BENCH_ANATOMY && bench_anatomy_kernel_path(p->transport))
         return bench_anatomy_kernel(bench_anatomy_kernel_path(p->transport), p);
     if (p->mode == BENCH_RR)

@@ -117,7 +117,8 @@ class Anatomy(unittest.TestCase):
 
     def test_usage(self):
         for args in (["--transport", "ucx"], ["--transport", "tcp-poll"], ["--transport", "nope"],
-                     ["--transport", "vi", "--iters", "0"], []):
+                     ["--transport", "vi", "--iters", "0"],
+                     ["--transport", "vi", "--iters", "200001"], []):
             rc, _, err = run(*args)
             self.assertEqual(rc, 2, (args, err))
         rc, out, _ = run("--help")

@@ -1,6 +1,6 @@
 """seed 002 on today's stack: where the time of one small (4-byte) message
 goes, stage by stage, from the sender's call to the receiver's return
-(`sovia bench anatomy`, docs/REPORT.md).
+(`sovia bench anatomy`; the probe points: docs/ARCHITECTURE.md).
 
 - vipl and sovia: probe points in the code (vipl_trace.h: one predicted
   branch each when tracing is off), rdtsc into rings the two processes
