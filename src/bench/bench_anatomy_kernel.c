@@ -126,7 +126,7 @@ static void on_signal(int sig)
 }
 
 /* Our own instance with its clock, events and filters; -1 (said why). */
-static int make_instance(pid_t a, pid_t b)
+static int make_instance(pid_t a, pid_t b, uint64_t iters)
 {
     static const char *roots[] = {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"};
     const char *why = "no tracefs";
@@ -146,13 +146,15 @@ static int make_instance(pid_t a, pid_t b)
     }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    char pids[64];
+    char pids[64], kb[32];
     snprintf(pids, sizeof pids, "%d %d", (int)a, (int)b);
     if ((err = put("trace_clock", "x86-tsc")) != 0) {
         fprintf(stderr, "sovia bench anatomy: no x86-tsc trace clock (%s)\n", strerror(-err));
         return -1;
     }
-    if ((err = put("buffer_size_kb", "8192")) != 0 || (err = put("set_event_pid", pids)) != 0) {
+    /* About 1 KB of events per round trip on each CPU: twice that. */
+    snprintf(kb, sizeof kb, "%llu", (unsigned long long)(iters < 512 ? 1024 : 2 * iters));
+    if ((err = put("buffer_size_kb", kb)) != 0 || (err = put("set_event_pid", pids)) != 0) {
         fprintf(stderr, "sovia bench anatomy: tracefs: %s\n", strerror(-err));
         return -1;
     }
@@ -357,7 +359,7 @@ int bench_anatomy_kernel(const struct anatomy_path *pa, const struct bench_param
     if (pingpong(fds[0], p->size, warm, &plain_us) != 0 ||
         pingpong(fds[0], p->size, iters, &plain_us) != 0)
         goto kill;
-    if (make_instance(getpid(), pid) != 0 || put("tracing_on", "1") != 0) {
+    if (make_instance(getpid(), pid, iters) != 0 || put("tracing_on", "1") != 0) {
         rc = BENCH_EXIT_UNAVAILABLE;
         goto kill;
     }

@@ -26,7 +26,7 @@ NAME = "anatomy"
 TITLE = "The anatomy of one message (seed 002 Tables 1-3)"
 PATHS = (("vi", "vipl"), ("sovia", "sovia"), ("udp", "udp"), ("tcp", "tcp"))
 # Round trips of each run (probes, kernel tracepoints), by mode.
-ITERS = {"smoke": (2000, 300), "quick": (20000, 2000), "full": (50000, 5000)}
+ITERS = {"smoke": (2000, 300), "quick": (5000, 500), "full": (50000, 5000)}
 
 # Table 3's category of each stage (by the start of its name).
 CATEGORY = (
@@ -80,7 +80,7 @@ def plan(mode, ctx):
     for transport, path in PATHS:
         iters = kernel if transport in ("udp", "tcp") else probes
         jobs.append(Job(key=("anatomy", transport), label=f"anatomy {path}",
-                        est=0.3 + iters * (60e-6 if transport in ("udp", "tcp") else 2e-6),
+                        est=0.8 + iters * (60e-6 if transport in ("udp", "tcp") else 2e-6),
                         bench=["anatomy", "--transport", transport, "--size", "4",
                                "--iters", str(iters)]))
     return jobs
