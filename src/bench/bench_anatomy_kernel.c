@@ -126,7 +126,15 @@ static void on_signal(int sig)
 }
 
 /* Our own instance with its clock, events and filters; -1 (said why). */
-static int make_instance(pid_t a, pid_t b, uint64_t iters)
+static bool path_uses(const struct anatomy_path *pa, uint32_t point)
+{
+    for (size_t s = 0; s < pa->n; s++)
+        if (pa->stages[s].point == point)
+            return true;
+    return false;
+}
+
+static int make_instance(const struct anatomy_path *pa, pid_t a, pid_t b, uint64_t iters)
 {
     static const char *roots[] = {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"};
     const char *why = "no tracefs";
@@ -160,6 +168,8 @@ static int make_instance(pid_t a, pid_t b, uint64_t iters)
     }
     for (size_t i = 0; i < NEVENTS; i++) {
         char rel[128];
+        if (!path_uses(pa, events_of[i].point))
+            continue;
         if (events_of[i].filter) {
             snprintf(rel, sizeof rel, "events/%s/filter", events_of[i].event);
             err = put(rel, events_of[i].filter);
@@ -359,7 +369,7 @@ int bench_anatomy_kernel(const struct anatomy_path *pa, const struct bench_param
     if (pingpong(fds[0], p->size, warm, &plain_us) != 0 ||
         pingpong(fds[0], p->size, iters, &plain_us) != 0)
         goto kill;
-    if (make_instance(getpid(), pid, iters) != 0 || put("tracing_on", "1") != 0) {
+    if (make_instance(pa, getpid(), pid, iters) != 0 || put("tracing_on", "1") != 0) {
         rc = BENCH_EXIT_UNAVAILABLE;
         goto kill;
     }
