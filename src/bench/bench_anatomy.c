@@ -249,7 +249,9 @@ int bench_anatomy_finish(const struct anatomy_path *pa, uint32_t arg, uint64_t i
     if (!(w.total = malloc(iters * sizeof(double))))
         goto out;
     analyse(pa, arg, ticks_per_us, mark, &w);
-    if (w.complete < iters / 2) {
+    /* tcp loses some to a softirq run elsewhere (ksoftirqd) on a busy host:
+     * the share is printed; too few messages to speak of is a failure. */
+    if (w.complete < iters / 10 || w.complete == 0) {
         fprintf(stderr, "sovia bench anatomy: only %zu of %zu messages had every mark\n",
                 w.complete, w.seen);
         goto out;
