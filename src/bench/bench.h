@@ -21,7 +21,7 @@ enum {
 };
 
 enum bench_mode { BENCH_LAT, BENCH_BW, BENCH_SWEEP, BENCH_IDLE, BENCH_WAKE, BENCH_RR, BENCH_CONNS,
-                  BENCH_CONNRATE, BENCH_EPOLL };
+                  BENCH_CONNRATE, BENCH_EPOLL, BENCH_ANATOMY };
 
 struct bench_params {
     enum bench_mode mode;
@@ -53,6 +53,8 @@ struct bench_params {
 #define BENCH_CTRL_SIZE 64u
 #define BENCH_DEFAULT_BW_SECONDS 2.0
 #define BENCH_DEFAULT_MAX_SIZE ((size_t)8 << 20)
+/* anatomy: round trips at most (its rings keep every mark of a run). */
+#define BENCH_ANATOMY_MAX_ITERS 200000u
 /* Largest --size / --max-size accepted at all (per-transport limits apply too). */
 #define BENCH_SIZE_LIMIT ((size_t)1 << 30)
 /* --ring / --frag (vi transports): descriptors, piece size, receive memory. */

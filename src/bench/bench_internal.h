@@ -86,6 +86,7 @@ enum bench_op {
     BENCH_OP_STREAM = 2,
     BENCH_OP_QUIT = 3,
     BENCH_OP_IDLE = 4, /* the peer stays silent `count` microseconds, then replies */
+    BENCH_OP_TRACE = 5, /* anatomy: the peer's probes go to its ring (no reply) */
 };
 
 struct bench_cmd {
@@ -100,6 +101,15 @@ struct bench_cmd {
 /* In STREAM, the first payload byte marks the last message. */
 #define BENCH_STREAM_MORE 0
 #define BENCH_STREAM_LAST 1
+
+/* anatomy (bench_anatomy.c): whether a transport has probes; the shared
+ * rings, made before the fork; the peer's start; the driver's run. */
+bool bench_anatomy_traced(const char *transport);
+uint64_t bench_anatomy_iters(const struct bench_params *p);
+int bench_anatomy_prepare(uint64_t iters);
+void bench_anatomy_release(void);
+void bench_anatomy_peer_start(void);
+int bench_anatomy_drive(const struct bench_transport *t, void *ep, const struct bench_params *p);
 
 /* The peer side: serve commands until QUIT. Returns 0 or -1. */
 int bench_peer_serve(const struct bench_transport *t, void *ep);

@@ -9,6 +9,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include <vipl_trace.h>
+
 /* Round trips per timed batch: enough that two clock reads per batch are
  * noise next to sub-microsecond round trips, few enough for a median. */
 #define BATCH_MAX 100
@@ -50,9 +52,16 @@ int bench_peer_serve(const struct bench_transport *t, void *ep)
             return -1;
         switch (c.op) {
         case BENCH_OP_PINGPONG:
-            for (uint64_t i = 0; i < c.count; i++)
-                if (t->recv_msg(ep, c.size, &d) != 0 || t->send_msg(ep, c.size) != 0)
+            for (uint64_t i = 0; i < c.count; i++) {
+                if (t->recv_msg(ep, c.size, &d) != 0)
                     return -1;
+                VIPX_TRACE(VIPX_TP_RETURN, c.size);
+                if (t->send_msg(ep, c.size) != 0)
+                    return -1;
+            }
+            break;
+        case BENCH_OP_TRACE:
+            bench_anatomy_peer_start();
             break;
         case BENCH_OP_STREAM:
             do {
@@ -118,9 +127,11 @@ static int pingpong(const struct bench_transport *t, void *ep, size_t size, uint
         uint64_t n = iters - done < batch ? iters - done : batch;
         double t0 = bench_now(), dt;
 
-        for (uint64_t i = 0; i < n; i++)
+        for (uint64_t i = 0; i < n; i++) {
+            VIPX_TRACE(VIPX_TP_CALL, size); /* anatomy: the message's start */
             if (t->send_msg(ep, size) != 0 || t->recv_msg(ep, size, &d) != 0)
                 return -1;
+        }
         dt = bench_now() - t0;
         if (samples)
             samples[k++] = dt / (double)n / 2.0;

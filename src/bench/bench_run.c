@@ -2,7 +2,7 @@
  * bench_run.c - one benchmark run: pick the transport, start the peer
  * process, pin CPUs, run the mode's loop, shut both sides down cleanly.
  */
-#include "bench_internal.h"
+#include "bench_anatomy.h"
 
 #include <string.h>
 #include <unistd.h>
@@ -49,6 +49,8 @@ static int drive(const struct bench_transport *t, void *ep, const struct bench_p
     }
     case BENCH_SWEEP:
         return bench_measure_sweep(t, ep, max_msg, p->json, cfg);
+    case BENCH_ANATOMY:
+        return bench_anatomy_drive(t, ep, p);
     case BENCH_WAKE:
     case BENCH_RR:
     case BENCH_CONNS:
@@ -94,6 +96,13 @@ int bench_run(const struct bench_params *p)
 
     if (p->mode == BENCH_WAKE)
         return bench_run_wake(p);
+    if (p->mode == BENCH_ANATOMY && p->iters > BENCH_ANATOMY_MAX_ITERS) {
+        fprintf(stderr, "sovia bench anatomy: --iters at most %u (the rings hold every mark)\n",
+                BENCH_ANATOMY_MAX_ITERS);
+        return BENCH_EXIT_USAGE;
+    }
+    if (p->mode == BENCH_ANATOMY && bench_anatomy_kernel_path(p->transport))
+        return bench_anatomy_kernel(bench_anatomy_kernel_path(p->transport), p);
     if (p->mode == BENCH_RR)
         return bench_run_rr(p);
     if (p->mode == BENCH_CONNS || p->mode == BENCH_CONNRATE || p->mode == BENCH_EPOLL)
@@ -115,6 +124,10 @@ int bench_run(const struct bench_params *p)
     if ((p->ring || p->frag) && !t->ring) {
         fprintf(stderr, "sovia bench: --ring and --frag apply only to the vi transports "
                         "(vi, vi-copy, vi-user, vi-block, vi-notify), not %s\n", t->name);
+        return BENCH_EXIT_USAGE;
+    }
+    if (p->mode == BENCH_ANATOMY && !bench_anatomy_traced(t->name)) {
+        fprintf(stderr, "sovia bench anatomy: no probes in %s (vi, sovia, udp, tcp)\n", t->name);
         return BENCH_EXIT_USAGE;
     }
     if (t->run_external)
@@ -156,8 +169,14 @@ int bench_run(const struct bench_params *p)
             bench_out_unavailable(t->name, "", true);
         return BENCH_EXIT_UNAVAILABLE;
     }
+    if (p->mode == BENCH_ANATOMY && bench_anatomy_prepare(bench_anatomy_iters(p)) != 0) {
+        if (t->release)
+            t->release(shared);
+        return BENCH_EXIT_FAIL;
+    }
     pid = bench_fork_peer();
     if (pid < 0) {
+        bench_anatomy_release();
         if (t->release)
             t->release(shared);
         return BENCH_EXIT_FAIL;
@@ -195,6 +214,7 @@ int bench_run(const struct bench_params *p)
     }
     if (t->release)
         t->release(shared);
+    bench_anatomy_release();
     if (rc != 0)
         fprintf(stderr, "sovia bench: %s: run failed\n", t->name);
     return rc == 0 ? BENCH_EXIT_OK : BENCH_EXIT_FAIL;

@@ -217,6 +217,7 @@ static int ucx_run_external(const struct bench_params *p)
     case BENCH_CONNS:
     case BENCH_CONNRATE:
     case BENCH_EPOLL:
+    case BENCH_ANATOMY: /* refused by bench_run: no probes in ucx */
         break; /* bench_run_wake / bench_run_rr, before any transport */
     }
     return BENCH_EXIT_USAGE;

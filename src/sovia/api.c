@@ -11,6 +11,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <vipl_trace.h>
+
 #include "sock.h"
 #include "transparent.h"
 
@@ -287,6 +289,7 @@ ssize_t sov_sendv(int fd, const struct iovec *iov, int iovcnt, int flags)
         closed_meanwhile = false; /* not in the table: fell back, or never ours */
         return -1;
     }
+    VIPX_TRACE(VIPX_TP_SOV_SEND, iovcnt ? iov[0].iov_len : 0);
     ssize_t r = sov_do_send(s, iov, iovcnt, flags);
     if (r == -EBADF)
         closed_meanwhile = s->closing;

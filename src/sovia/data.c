@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <vipl_trace.h>
+
 #include "pollwait.h"
 #include "sock.h"
 
@@ -260,6 +262,7 @@ void sov_handle_packet(struct sov_sock *s, VIP_DESCRIPTOR *d)
         c->recvq[sov_rq_slot(c, c->rq_count)] = (unsigned)i;
         c->rq_count++;
         c->rx_bytes += len;
+        VIPX_TRACE(VIPX_TP_SOV_HANDLED, len);
         if (imm & PKT_URG)
             urgent_arrived(s, c, (unsigned)i, len);
         return;

@@ -97,4 +97,7 @@ void vipl_pool_drain(struct vipl_pool *pool);
 /* nic.c */
 const struct vipl_provider *vipl_find_provider(const char *device);
 
+/* trace.c: a probe mark with a time taken earlier (vipl_trace.h). */
+void vipl_trace_mark_at(uint32_t point, uint64_t arg, uint64_t tsc);
+
 #endif /* VIPL_CORE_H */

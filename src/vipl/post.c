@@ -7,6 +7,7 @@
  * status, as on a hardware VI NIC.
  */
 #include "core.h"
+#include <vipl_trace.h>
 
 static VIP_DESCRIPTOR_SEGMENT *desc_segments(VIP_DESCRIPTOR *desc)
 {
@@ -80,6 +81,10 @@ static VIP_RETURN check_post(struct vipl_vi *vi, VIP_DESCRIPTOR *desc)
 VIPL_EXPORT VIP_RETURN VipPostSend(VIP_VI_HANDLE ViHandle, VIP_DESCRIPTOR *DescriptorPtr,
                                    VIP_MEM_HANDLE MemoryHandle)
 {
+    /* The post's time is taken here, its mark written once the length is
+     * known (the anatomy matches marks by length). */
+    uint64_t t0 = __builtin_expect(__atomic_load_n(&vipl_trace_on, __ATOMIC_RELAXED), 0)
+                      ? VipxTraceClock() : 0;
     struct vipl_vi *vi = vi_of(ViHandle);
     VIP_RETURN r = check_post(vi, DescriptorPtr);
     if (r != VIP_SUCCESS)
@@ -89,6 +94,10 @@ VIPL_EXPORT VIP_RETURN VipPostSend(VIP_VI_HANDLE ViHandle, VIP_DESCRIPTOR *Descr
         return VIP_INVALID_STATE;
     struct vipl_wr wr;
     vipl_decode_desc(vi, DescriptorPtr, MemoryHandle, false, &wr);
+    if (__builtin_expect(t0 != 0, 0)) {
+        vipl_trace_mark_at(VIPX_TP_POST, wr.total, t0);
+        VipxTraceMark(VIPX_TP_DOORBELL, (uint32_t)wr.total);
+    }
     return vi->nic->prov->post_send(vi, &wr);
 }
 

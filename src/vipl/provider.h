@@ -28,6 +28,10 @@
 
 #define VIPL_EXPORT __attribute__((visibility("default")))
 
+/* trace.c: VipxTraceOn's twin, for the probes inside libvipl (vipl_trace.h). */
+extern int vipl_trace_on __attribute__((visibility("hidden")));
+#define VIPX_TRACE_FLAG vipl_trace_on
+
 #define VIPL_MAX_SEGS 16
 #define VIPL_MAX_DISC 64
 #define VIPL_HOST_ADDR_LEN 4

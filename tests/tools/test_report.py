@@ -183,6 +183,37 @@ class Report(unittest.TestCase):
             log = f.read()
         self.assertIn("bench lat --transport ksovia ", log)
 
+    def test_smoke_anatomy(self):
+        """seed 002's stages as results.json `anatomy` rows {path, stage, us}:
+        vipl and sovia always, udp and tcp where tracepoints can be used
+        here (else listed absent with the reason); Table 3's categories
+        beside the paper's, and what cannot be separated here, with why."""
+        out = os.path.join(self.tmp, "out")
+        rc, _, err = report(out, "--smoke", "--only", "anatomy")
+        self.assertEqual(rc, 0, err)
+        d = self.load(out)
+        rows = d["anatomy"]
+        paths = {r["path"] for r in rows}
+        absent = {a["path"] for a in d["anatomy_absent"]}
+        self.assertEqual(paths | absent, {"vipl", "sovia", "udp", "tcp"}, d["errors"])
+        self.assertEqual(paths & absent, set())
+        self.assertTrue({"vipl", "sovia"} <= paths, d["errors"])
+        for r in rows:
+            self.assertTrue({"path", "stage", "us"} <= set(r), r)
+            self.assertTrue(isinstance(r["us"], float) and r["us"] >= 0, r)
+        for p in paths:
+            s = d["anatomy_summary"][p]
+            total = sum(r["us"] for r in rows if r["path"] == p)
+            self.assertAlmostEqual(s["stages_sum_us"], total, delta=0.01 * total + 0.01)
+            self.assertAlmostEqual(d["anatomy_categories"][p]["total"], total, delta=1e-6)
+        self.assertGreaterEqual(len(d["anatomy_not_separated"]), 3)
+        self.assertEqual(d["paper"]["anatomy"]["categories"][-1], ["total", 36.02, 23.1])
+        with open(os.path.join(out, "REPORT.md")) as f:
+            md = f.read()
+        self.assertIn("(seed 002 Tables 1-3)", md)
+        self.assertIn("| DMA/transmit/receive | 12.8 | 13.3 |", md)
+        self.assertIn("cannot be separated here, and why", md)
+
     def test_hooks_run_the_application_scripts(self):
         md, d = self.with_apps({"ftp/ftp_run.py": FAKE_FTP, "rpc/rpc_bench.py": FAKE_RPC},
                                "ftp,rpc")
@@ -249,7 +280,7 @@ class Report(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         names = [l.split()[0] for l in p.stdout.splitlines() if l.strip()]
         self.assertEqual(names, ["latency", "wakeup", "bandwidth", "waitmodes", "netpipe",
-                                 "overhead", "approaches", "model", "peers", "ftp", "rpc", "issues", "load",
+                                 "overhead", "anatomy", "approaches", "model", "peers", "ftp", "rpc", "issues", "load",
                                  "conns"])
 
 

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 
 #include "shm.h"
+#include <vipl_trace.h>
 
 /* A staging area this large (a deep queue of long receives in the
  * consumer's memory) gives the pages it has copied out of back to the
@@ -232,6 +233,7 @@ VIP_RETURN shm_recv_done(struct vipl_vi *cvi, VIP_DESCRIPTOR **out)
     } else {
         const struct shm_cmpl *c = &vi->rx->cmpl[e->sidx & vi->mask];
         if (atomic_load_explicit(&c->seq, memory_order_acquire) == e->sidx + 1) {
+            VIPX_TRACE(VIPX_TP_DETECT, c->length); /* the peer's word: a mark's argument only */
             status = take_completion(vi, e, c, &length, &imm, &fail);
         } else if (vipl_vi_state(cvi) == VIP_STATE_ERROR) {
             status = VIP_STATUS_DESC_FLUSHED_ERROR;
@@ -251,6 +253,7 @@ VIP_RETURN shm_recv_done(struct vipl_vi *cvi, VIP_DESCRIPTOR **out)
     vipl_complete_desc(desc, status, length, imm);
     if (fail != SHM_NO_FAILURE)
         shm_vi_break(vi, (VIP_ERROR_CODE)fail, desc);
+    VIPX_TRACE(VIPX_TP_REAP, length);
     *out = desc;
     return VIP_SUCCESS;
 }

@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 
 #include "shm.h"
+#include <vipl_trace.h>
 
 /* A validated copy of one posted receive slot of the peer. */
 struct slot_view {
@@ -89,6 +90,7 @@ static void complete_slot(struct shm_peer *p, uint32_t status, uint32_t length, 
                           uint32_t inline_len)
 {
     struct shm_cmpl *c = &p->rx->cmpl[p->consumed & p->mask];
+    VIPX_TRACE(VIPX_TP_CMPL, length);
     c->status = status;
     c->length = length;
     c->imm = imm;
@@ -147,6 +149,7 @@ static uint32_t send_message(struct shm_vi *vi, const struct vipl_wr *wr, int *f
     } else {
         copy_to_slot((uint8_t *)p->rx, &v, wr);
     }
+    VIPX_TRACE(VIPX_TP_DATA, len);
     complete_slot(p, VIP_STATUS_OP_RECEIVE | imm_flag, len, wr->imm, inline_len);
     return 0;
 }

@@ -29,6 +29,7 @@ import statistics
 from . import benchjobs as bj
 from . import exp_approaches
 from . import paper
+from .jobs import spread
 from .md import Section, checks_table, num, prose, table
 
 NAME = "overhead"
@@ -80,21 +81,13 @@ def _k(t, placement=None):
     return bj.key_lat(t, 4, variant=_variant(t, placement) if placement else "")
 
 
-def _spread(vals):
-    """(max - min) / |median| of a difference's rounds; None below two rounds."""
-    if len(vals) < 2:
-        return None
-    med = statistics.median(vals)
-    return (max(vals) - min(vals)) / abs(med) if med else None
-
-
 def table3(store, placement):
     """{key: {"us", "spread", "rounds"}} of Table 3's differences in one placement."""
     out = {}
     for key, _, _, a, b, _ in TABLE3:
         vals = store.diffs(_k(a, placement), F, _k(b, placement))
         out[key] = {"us": statistics.median(vals) if vals else None,
-                    "spread": _spread(vals), "rounds": len(vals)}
+                    "spread": spread(vals), "rounds": len(vals)}
     return out
 
 

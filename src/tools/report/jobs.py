@@ -87,5 +87,13 @@ class Store:
                  "seconds": self.seconds.get(k, [])} for k in self.rounds]
 
 
+def spread(vals):
+    """(max - min) / |median| of per-round values; None below two rounds."""
+    if len(vals) < 2:
+        return None
+    med = statistics.median(vals)
+    return (max(vals) - min(vals)) / abs(med) if med else None
+
+
 def ratio(a, b):
     return a / b if a is not None and b else None

@@ -8,7 +8,7 @@ import sys
 import tempfile
 import time
 
-from . import (exp_approaches, exp_bandwidth, exp_conns, exp_ftp, exp_issues, exp_latency, exp_load,
+from . import (exp_anatomy, exp_approaches, exp_bandwidth, exp_conns, exp_ftp, exp_issues, exp_latency, exp_load,
                exp_model, exp_netpipe, exp_overhead, exp_peers, exp_rpc, exp_waitmodes, exp_wakeup, paper,
                plots, sysinfo, writer)
 from .jobs import Store
@@ -17,7 +17,7 @@ from .progress import Progress
 from .runner import Context, JobError, run_job
 
 EXPERIMENTS = [exp_latency, exp_wakeup, exp_bandwidth, exp_waitmodes, exp_netpipe,
-               exp_overhead, exp_approaches, exp_model, exp_peers, exp_ftp, exp_rpc, exp_issues,
+               exp_overhead, exp_anatomy, exp_approaches, exp_model, exp_peers, exp_ftp, exp_rpc, exp_issues,
                exp_load, exp_conns]
 
 USAGE = """sovia report [--quick | --smoke] [--out DIR] [--only NAME,...] [--rounds N]

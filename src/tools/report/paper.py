@@ -73,6 +73,30 @@ OVERHEAD_SRC = "seed 003 Table 3 and §4.2 (Fig. 4)"
 # Table 3's differences (SOVIA + 1.7, then + 5.5).
 FIG4_4B = dict(OVERHEAD_LAT, KSOVIA=21.7, LANE=27.2)
 
+# seed 002 (Pentium Celeron 400 MHz, DEC 21140 Fast Ethernet, Linux 2.4.20),
+# 1-byte message, us: Table 1 (UDP/IP, the intervals of its Fig. 3; t4 and
+# t6 + t7 are figures only), Table 2 (M-VIA, Fig. 8) and Table 3's
+# categories (UDP, M-VIA).
+ANATOMY_UDP = [("t1", "system call", 0.85), ("t2", "socket send processing", 0.77),
+               ("t3", "UDP send processing", 0.50), ("t5", "device send processing", 0.73),
+               ("t8", "NIC DMA receive", 2.24), ("t9", "interrupt start time", 2.82),
+               ("t10", "NIC interrupt service routine", 4.44),
+               ("t11", "do_IRQ/softirq/net_rx_action", 2.03), ("t12", "IP receive processing", 1.81),
+               ("t13", "UDP receive processing (bottom)", 1.17),
+               ("t14", "net_rx_action/softirq/interrupt return", 1.23),
+               ("t15", "polling before getting the message", 1.10),
+               ("t17", "socket receive post-processing", 0.26), ("t18", "system call return", 0.60)]
+ANATOMY_MVIA = [("t1", "VipPostSend() processing", 0.06), ("t2", "fast trap", 0.33),
+                ("t3", "device send processing", 1.56), ("t6", "DMA receive time", 2.24),
+                ("t7", "interrupt starting time", 2.80), ("t9", "interrupt return time", 1.50),
+                ("t10", "VipRecvWait() processing (polling)", 0.04)]
+ANATOMY_CATEGORIES = [("user application", None, 0.10),
+                      ("protocol processing (send)", 4.22, 1.56),
+                      ("protocol processing (recv)", 11.54, 3.51),
+                      ("OS overhead (send)", 0.85, 0.33), ("OS overhead (recv)", 6.61, 4.30),
+                      ("DMA/transmit/receive", 12.80, 13.30), ("total", 36.02, 23.10)]
+ANATOMY_SRC = "seed 002 Tables 1-3 (1-byte message, Celeron 400 MHz, Fast Ethernet)"
+
 # seed 003 §4.4, Eq. 8 and 11: BW(L) = L / (alpha L + beta).
 EQ8 = {"alpha_us_per_byte": 0.0094, "beta_sovia_us": 5.48, "beta_ksovia_us": 6.68}
 EQ8_SRC = "seed 003 §4.4, Eq. 8 and Eq. 11"
@@ -112,7 +136,8 @@ def all_figures():
                  "rows": {k: {"seconds": v[0], "mbps": v[1]} for k, v in d.items()}}
                 for s, n, d in FTP],
         "rpc_null": RPC,
+        "anatomy": {"udp": ANATOMY_UDP, "mvia": ANATOMY_MVIA, "categories": ANATOMY_CATEGORIES},
         "sources": {"latency": LAT_SRC, "fig5": FIG5_SRC, "tsync": TSYNC_SRC, "bandwidth": BW_SRC,
                     "wait_modes": WAIT_SRC, "netpipe": NETPIPE_SRC, "overhead": OVERHEAD_SRC,
-                    "eq8": EQ8_SRC, "rpc": RPC_SRC, "ftp_note": FTP_NOTE},
+                    "eq8": EQ8_SRC, "rpc": RPC_SRC, "anatomy": ANATOMY_SRC, "ftp_note": FTP_NOTE},
     }

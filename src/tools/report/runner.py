@@ -106,7 +106,7 @@ def run_job(job, ctx):
         return {"unavailable": True, "why": tail(err, 1)}
     if rc != 0 or not objs:
         raise JobError(f"exit {rc}: {tail(err)}")
-    if job.bench[0] == "sweep":
+    if job.bench[0] in ("sweep", "anatomy"):
         return {"rows": objs}
     res = dict(objs[-1])
     if cpu:

@@ -1,5 +1,5 @@
 /*
- * cmd_bench.c - `sovia bench lat|bw|sweep|idle|wake|rr|conns|connrate|epoll`:
+ * cmd_bench.c - `sovia bench lat|bw|sweep|idle|wake|rr|conns|connrate|epoll|anatomy`:
  * parse the command line into a bench_params and hand it to the bench library.
  */
 #include "cli.h"
@@ -29,6 +29,8 @@ enum { OPT_TRANSPORT = 't', OPT_SIZE = 's', OPT_ITERS = 'n', OPT_SECONDS = 'S',
 static const struct option lat_opts[] = {
     O_TRANSPORT, O_SIZE, {"iters", required_argument, NULL, OPT_ITERS}, O_CONFIG, O_RING,
     O_JSON, O_HELP, O_END};
+static const struct option anatomy_opts[] = {
+    O_TRANSPORT, O_SIZE, {"iters", required_argument, NULL, OPT_ITERS}, O_JSON, O_HELP, O_END};
 static const struct option bw_opts[] = {
     O_TRANSPORT, O_SIZE, {"seconds", required_argument, NULL, OPT_SECONDS}, O_CONFIG, O_RING,
     O_JSON, O_HELP, O_END};
@@ -104,6 +106,29 @@ static const struct bench_mode_desc modes[] = {
      "                 one_way_p50_us, one_way_mean_us (sovia transports: also\n"
      "                 config, the label or \"default\")\n",
      lat_opts},
+    {"anatomy", BENCH_ANATOMY, "the stages of one message, from probe points (seed 002)",
+     "usage: sovia bench anatomy --transport vi|sovia|udp|tcp [--size N] [--iters K] [--json]\n"
+     "\n"
+     "Where the time of one small message goes, stage by stage (seed 002's\n"
+     "Tables 1-3): post, hand-off to the provider, data written, completion\n"
+     "written, peer detects, reaped, returned to the caller. First the plain\n"
+     "ping-pong runs with tracing off (the one-way latency the stages should\n"
+     "add up to), then again with the probes of vipl_trace.h on in both\n"
+     "processes, each writing the TSC into a ring the two share. Prints each\n"
+     "stage's median over the messages, their sum, and the one-way latency\n"
+     "with tracing on and off. udp and tcp: the kernel's stages over loopback\n"
+     "from tracepoints (a tracefs instance of its own, x86-tsc clock; root).\n"
+     "\n"
+     "  --transport T  vi (vipl over shm, polling), sovia (polling), or udp, tcp\n"
+     "                 (kernel over loopback, polling recvfrom; tracepoints: root)\n"
+     "  --size N       message size in bytes (default 4)\n"
+     "  --iters K      round trips of each of the two runs (default 20000; udp\n"
+     "                 and tcp 2000)\n"
+     "  --json         one JSON object per stage: path, stage, us; then a\n"
+     "                 summary: stages_sum_us, traced_total_us (call to return,\n"
+     "                 median), traced_one_way_us, one_way_us (tracing off),\n"
+     "                 windows, complete (messages with every mark), clock\n",
+     anatomy_opts},
     {"bw", BENCH_BW, "unidirectional streaming bandwidth",
      "usage: sovia bench bw --transport T --size N [--seconds S] [--config LABEL]\n"
      "                 [--ring N [--frag F]] [--json]\n"
@@ -297,7 +322,7 @@ static void bench_usage(FILE *f)
     const char *const *names = bench_transport_names();
     const char *const *labels = bench_config_labels();
 
-    fprintf(f, "usage: sovia bench <lat|bw|sweep|idle|wake|rr|conns|connrate|epoll> --transport T [options]\n"
+    fprintf(f, "usage: sovia bench <lat|bw|sweep|idle|wake|rr|conns|connrate|epoll|anatomy> --transport T [options]\n"
                "\n"
                "Measures message latency and bandwidth between two processes on this host.\n"
                "Polling transports pin the two processes to different CPUs (rr pins\n"
@@ -514,6 +539,8 @@ static int parse_mode(const struct bench_mode_desc *m, int argc, char **argv)
     }
     if (m->mode == BENCH_IDLE)
         p.size = BENCH_CTRL_SIZE;
+    else if (m->mode == BENCH_ANATOMY && !have_size)
+        p.size = 4;
     else if (m->mode != BENCH_SWEEP && !have_size)
         return cli_usage_error(where, "--size is required");
     return bench_run(&p);
