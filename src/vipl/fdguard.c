@@ -123,6 +123,14 @@ void vipl_fd_fork_close(int fd)
         mark_fork_close(fd);
 }
 
+void vipl_fd_fork_keep(int fd)
+{
+    _Atomic uint64_t *f = fd >= 0 ? chunk_in(fork_chunks, fd, false) : NULL;
+    unsigned bit = (unsigned)fd % CHUNK_BITS;
+    if (f)
+        atomic_fetch_and(&f[bit / 64], ~((uint64_t)1 << (bit % 64)));
+}
+
 VIPL_EXPORT VIP_BOOLEAN VipxFdIsOwn(int Fd)
 {
     _Atomic uint64_t *c = chunk_of(Fd, false);
