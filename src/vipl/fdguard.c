@@ -123,6 +123,14 @@ void vipl_fd_fork_close(int fd)
         mark_fork_close(fd);
 }
 
+void vipl_fd_fork_keep(int fd)
+{
+    _Atomic uint64_t *f = fd >= 0 ? chunk_in(fork_chunks, fd, false) : NULL;
+    unsigned bit = (unsigned)fd % CHUNK_BITS;
+    if (f)
+        atomic_fetch_and(&f[bit / 64], ~((uint64_t)1 << (bit % 64)));
+}
+
 VIPL_EXPORT VIP_BOOLEAN VipxFdIsOwn(int Fd)
 {
     _Atomic uint64_t *c = chunk_of(Fd, false);
@@ -247,6 +255,20 @@ static long own_below(int fd)
     return n;
 }
 
+/* One copy, straight to the high base, registered as ours. */
+static int dup_high(int Fd)
+{
+    int base = high_base(false);
+    int fd = (int)syscall(SYS_fcntl, Fd, F_DUPFD_CLOEXEC, base > 0 ? base : 0);
+    if (fd < 0 && errno == EINVAL && base > 0) { /* the limit was lowered since */
+        base = high_base(true);
+        fd = (int)syscall(SYS_fcntl, Fd, F_DUPFD_CLOEXEC, base > 0 ? base : 0);
+    }
+    if (fd >= 0)
+        mark(fd, true);
+    return fd;
+}
+
 /* One copy, straight to a high number (the system call itself: a
  * preload's fcntl would make a carried socket's copy one more name of
  * it), marked to close in a forked child: the copy outlives the program's
@@ -254,16 +276,9 @@ static long own_below(int fd)
 VIPL_EXPORT int VipxFdKeep(int Fd)
 {
     VipxFdCreateBegin();
-    int base = high_base(false);
-    int fd = (int)syscall(SYS_fcntl, Fd, F_DUPFD_CLOEXEC, base > 0 ? base : 0);
-    if (fd < 0 && errno == EINVAL && base > 0) { /* the limit was lowered since */
-        base = high_base(true);
-        fd = (int)syscall(SYS_fcntl, Fd, F_DUPFD_CLOEXEC, base > 0 ? base : 0);
-    }
-    if (fd >= 0) {
-        mark(fd, true);
+    int fd = dup_high(Fd);
+    if (fd >= 0)
         mark_fork_close(fd);
-    }
     VipxFdCreateEnd();
     return fd;
 }
@@ -543,8 +558,10 @@ int vipl_fd_pidfd(pid_t pid)
  * it carries (a connect token) for one more name of that socket. */
 int vipl_fd_dup(int fd)
 {
-    VipxFdCreateBegin();
-    return adopted((int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 0), true);
+    VipxFdCreateBegin(); /* straight to the high base: a copy low and its move were 3 calls */
+    int high = dup_high(fd);
+    VipxFdCreateEnd();
+    return high;
 }
 
 ssize_t vipl_fd_recvmsg(int sock, struct msghdr *mh, int flags, unsigned fork_close_from)

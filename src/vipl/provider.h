@@ -357,6 +357,8 @@ void vipl_fd_close_forked(int fd);
 /* An own descriptor a forked child closes first thing, in fdguard's fork
  * handler, before any other handler makes descriptors of its own. */
 void vipl_fd_fork_close(int fd);
+/* ... and one it no longer does (received where a token goes, kept). */
+void vipl_fd_fork_keep(int fd);
 struct msghdr;
 /* Adopts the SCM_RIGHTS descriptors; those from index fork_close_from on
  * (UINT_MAX: none) are closed in a forked child (another process's

@@ -169,10 +169,10 @@ static int recv_msg(int sock, struct shm_msg *m, int fds[5], int *hint_fd,
     }
     if (m->hint_slot) {
         /* Received where a token goes, so marked for a forked child to
-         * close (vipl_fd_recvmsg): a copy of ours instead. */
-        int hint = got[--nfds];
-        *hint_fd = vipl_fd_dup(hint);
-        VipxFdClose(hint);
+         * close (vipl_fd_recvmsg): unmarked (a copy of it, and the
+         * original's close, were two system calls more per connection). */
+        *hint_fd = got[--nfds];
+        vipl_fd_fork_keep(*hint_fd);
     }
     memcpy(fds, got, sizeof(int) * (size_t)nfds);
     return nfds;

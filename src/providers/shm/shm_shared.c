@@ -54,12 +54,16 @@ struct shm_shared *shm_shared_get(struct shm_nic *snic, int *fd, size_t map_len,
     }
     if (e) {
         /* The same number again (exec hands one descriptor to every
-         * connection that used it): already ours. */
-        if (*fd != e->fd)
-            VipxFdClose(*fd);
+         * connection that used it): already ours. Closed after the lock:
+         * a close may wait (2 ms at most) for the program's closes in
+         * flight (fdguard.c), and one of those may be letting go of an
+         * entry (shm_shared_put). */
+        int dup = *fd != e->fd ? *fd : -1;
         e->refs++;
         *fd = -1;
         pthread_mutex_unlock(&snic->shared_lock);
+        if (dup >= 0)
+            VipxFdClose(dup);
         return e;
     }
     if (snic->nshared == snic->capshared) {
