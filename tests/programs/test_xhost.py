@@ -507,8 +507,12 @@ class Xhost(unittest.TestCase):
         conns = 10
         logs = [os.path.join(self.dir, f"{n}.log") for n in ("s", "c")]
         echo = [sys.executable, os.path.join(HERE, "xhost_echo.py")]
+        # A worker's preload starts threads (a forked child of a threaded
+        # process): ThreadSanitizer's build would stop it (die_after_fork).
+        tsan = {"TSAN_OPTIONS": os.environ.get("TSAN_OPTIONS", "") + ":die_after_fork=0"}
         server = self.start(1, echo + ["prefork", str(self.port), str(conns), "2"] +
-                            (["first"] if first else []), True, self.key, logs[0], provider)
+                            (["first"] if first else []), True, self.key, logs[0], provider,
+                            extra=tsan)
         self.assertEqual(server.stdout.readline(), "listening\n")
         if first:
             self.open_far_side(1)
