@@ -407,7 +407,8 @@ static struct sov_sock *ticketed_listener(int fd, int domain, const struct socka
  * nobody shadows the port any more, this process starts its own shadow
  * listener, and the connections that follow are carried the usual way.
  */
-static void accepted_elsewhere(int fd, int nfd, const struct sockaddr *peer, bool nonblock)
+static void accepted_elsewhere(int fd, int nfd, const struct sockaddr *peer, bool nonblock,
+                               bool far)
 {
     int domain;
     struct sockaddr_storage local;
@@ -421,7 +422,7 @@ static void accepted_elsewhere(int fd, int nfd, const struct sockaddr *peer, boo
      * server's master, when its workers run as another user. Short of
      * descriptors, no ticket: the claim only lets the client go. */
     uint32_t ticket = 0;
-    struct sov_sock *t = sov_tp_fd_room()
+    struct sov_sock *t = !far && sov_tp_fd_room()
                              ? ticketed_listener(fd, domain, (struct sockaddr *)&local, &ticket)
                              : NULL;
     if (t && sov_tp_await(t, peer, true) != 0)
@@ -511,13 +512,14 @@ PRELOAD_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, in
         l = h && !h->inherited ? h->l : NULL;
         pthread_mutex_unlock(&shadows_lock);
     }
-    /* Claims prove a same-host token: kernel TCP for another host's
-     * client (and for every one when this process is all fabric). */
-    if (!l && across &&
-        (!sov_tp_far_beside() || !sov_addr_is_local((struct sockaddr *)&peer, plen)))
+    /* Claims prove a same-host token: kernel TCP for every client when
+     * this process is all fabric; another host's client is let go (not
+     * redirected here), so its VI falls back at once. */
+    if (!l && across && !sov_tp_far_beside())
         atomic_fetch_add(&sov_g.tp_kernel, 1);
     else if (!l)
-        accepted_elsewhere(fd, nfd, (struct sockaddr *)&peer, flags & SOCK_NONBLOCK);
+        accepted_elsewhere(fd, nfd, (struct sockaddr *)&peer, flags & SOCK_NONBLOCK,
+                           across && !sov_addr_is_local((struct sockaddr *)&peer, plen));
     else if (sov_tp_accept(l, nfd, (struct sockaddr *)&peer, flags & SOCK_NONBLOCK, false) != 0)
         atomic_fetch_add(&sov_g.tp_kernel, 1);
     errno = saved;

@@ -9,6 +9,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +266,50 @@ void sov_copy_addr(const struct sockaddr_storage *from, socklen_t from_len, stru
         *to_len = from_len;
 }
 
+/* The last answers for other addresses, for a second: each costs three
+ * system calls, paid on every connect() (to a host without sovia too:
+ * 1.2x kernel TCP's connect and first exchange, docs/SOCKETS.md). A host
+ * gains or loses an address rarely, and a stale answer only picks another
+ * carrier: a shm pairing or the key's proofs check every connection.
+ * trylock: never waits (a fork child of a thread holding it answers
+ * uncached). */
+#define LOCAL_CACHED 8
+#define LOCAL_TTL_NS 1000000000ull
+static struct local_answer {
+    struct sockaddr_storage a; /* port 0 */
+    socklen_t len;
+    bool local;
+    uint64_t at_ns; /* 0: empty */
+} local_cache[LOCAL_CACHED];
+static unsigned local_next;
+static pthread_mutex_t local_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int local_cached(const struct sockaddr_storage *a, socklen_t len, uint64_t now)
+{
+    int found = -1;
+    if (pthread_mutex_trylock(&local_lock) != 0)
+        return -1;
+    for (unsigned i = 0; i < LOCAL_CACHED && found < 0; i++) {
+        const struct local_answer *e = &local_cache[i];
+        if (e->at_ns && now - e->at_ns < LOCAL_TTL_NS && e->len == len && memcmp(&e->a, a, len) == 0)
+            found = e->local;
+    }
+    pthread_mutex_unlock(&local_lock);
+    return found;
+}
+
+static void local_note(const struct sockaddr_storage *a, socklen_t len, bool local, uint64_t now)
+{
+    if (pthread_mutex_trylock(&local_lock) != 0)
+        return;
+    struct local_answer *e = &local_cache[local_next++ % LOCAL_CACHED];
+    e->a = *a;
+    e->len = len;
+    e->local = local;
+    e->at_ns = now;
+    pthread_mutex_unlock(&local_lock);
+}
+
 /* Is `a` an address of this host (any address, loopback, or bindable)? */
 bool sov_addr_is_local(const struct sockaddr *a, socklen_t len)
 {
@@ -277,16 +322,23 @@ bool sov_addr_is_local(const struct sockaddr *a, socklen_t len)
         if (IN6_IS_ADDR_UNSPECIFIED(in6) || IN6_IS_ADDR_LOOPBACK(in6))
             return true;
     }
+    struct sockaddr_storage tmp = {0};
+    if (len > sizeof(tmp))
+        len = sizeof(tmp);
+    memcpy(&tmp, a, len);
+    sov_addr_set_port(&tmp, 0);
+    uint64_t now = sov_now_ns();
+    int cached = local_cached(&tmp, len, now);
+    if (cached >= 0)
+        return cached;
     VipxFdCreateBegin();
     int fd = VipxFdAdopt(socket(a->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
     VipxFdCreateEnd();
     if (fd < 0)
         return false;
-    struct sockaddr_storage tmp;
-    memcpy(&tmp, a, len < sizeof(tmp) ? len : sizeof(tmp));
-    sov_addr_set_port(&tmp, 0);
     bool ok = bind(fd, (struct sockaddr *)&tmp, len) == 0;
     VipxFdClose(fd);
+    local_note(&tmp, len, ok, now);
     return ok;
 }
 

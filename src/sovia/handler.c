@@ -42,13 +42,15 @@ static void handle_all(struct sov_sock *s, VIP_DESCRIPTOR *first)
     sov_mig_step(s); /* our side of a migration the peer asked for (migrate.c) */
 }
 
+/* One per CQ: the process's own NIC's, and (sovia run with a cluster key)
+ * the far NIC's, started by its first connection in HANDLER mode. */
 static void *handler_thread(void *arg)
 {
-    (void)arg;
+    VIP_CQ_HANDLE cq = *(VIP_CQ_HANDLE *)arg;
     for (;;) {
         VIP_VI_HANDLE vi;
         VIP_BOOLEAN recvq;
-        if (VipCQWait(sov_g.cq, 100, &vi, &recvq) != VIP_SUCCESS)
+        if (VipCQWait(cq, 100, &vi, &recvq) != VIP_SUCCESS)
             continue;
         pthread_mutex_lock(&map_lock);
         struct map_entry *e = map[slot(vi)];
@@ -74,7 +76,8 @@ int sov_handling_start(void)
     pthread_mutex_lock(&sov_g.lock);
     int err = 0;
     if (sov_g.cfg.handling == SOV_HANDLER && !sov_g.handler_running) {
-        err = VipxThreadCreate(&sov_g.handler_thread, NULL, handler_thread, NULL) ? -EAGAIN : 0;
+        err = VipxThreadCreate(&sov_g.handler_thread, NULL, handler_thread, &sov_g.cq) ? -EAGAIN
+                                                                                       : 0;
         sov_g.handler_running = err == 0;
     }
     pthread_mutex_unlock(&sov_g.lock);
@@ -95,6 +98,16 @@ static void notify_cb(VIP_PVOID ctx, VIP_NIC_HANDLE nic, VIP_VI_HANDLE vi, VIP_D
     sov_wake_waiters(s);
 }
 
+/* The far NIC's handler thread (a fork child has no far NIC: far.c). */
+static pthread_once_t far_once = PTHREAD_ONCE_INIT;
+static bool far_handler_running;
+
+static void far_handler_start(void)
+{
+    pthread_t t;
+    far_handler_running = VipxThreadCreate(&t, NULL, handler_thread, &sov_g.far.cq) == 0;
+}
+
 /* Called when a socket becomes connected (s->lock held). */
 int sov_conn_attach_handling(struct sov_sock *s)
 {
@@ -103,6 +116,13 @@ int sov_conn_attach_handling(struct sov_sock *s)
         return VipRecvNotify(c->vi, s, notify_cb) == VIP_SUCCESS ? 0 : -ENOMEM;
     if (c->cfg.handling != SOV_HANDLER)
         return 0;
+    if (c->far) {
+        pthread_once(&far_once, far_handler_start);
+        if (!far_handler_running) { /* handled in its callers' calls */
+            c->cfg.handling = SOV_SINGLE;
+            return 0;
+        }
+    }
     struct map_entry *e = malloc(sizeof(*e));
     if (!e)
         return -ENOMEM;

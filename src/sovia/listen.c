@@ -33,6 +33,17 @@ static bool awaited(const struct sov_listener *l, uint16_t port)
 
 #define WAKEUP_WAIT_NS (10ull * 1000000000u) /* as long as a client waits for ours */
 
+/* Drops a VI its client should not wait for. Another host's client
+ * (a VI that proves itself by the key) is told to fall back first (a
+ * REDIRECT, which it cannot follow): a VI that just ends before its
+ * ACCEPT reads as a host that turned it away, held off for a minute. */
+static void let_go(struct pending *p)
+{
+    if (sov_xhost_proves(p->conn))
+        sov_post_redirect(p->conn, 1);
+    sov_pending_drop(p);
+}
+
 /* Queues an accepted connection for sov_accept; false if the queue is full. */
 static bool enqueue(struct sov_listener *l, const struct pending *p)
 {
@@ -109,15 +120,30 @@ struct pending sov_queue_take(struct sov_listener *l, unsigned i)
 }
 
 /* sovia run: a queued VI whose client went (it gave up pairing, or died)
- * is dropped now, not at the program's next accept(), which may be far. */
-static void prune_broken(struct sov_listener *l)
+ * is dropped now, not at the program's next accept(), which may be far;
+ * so is one proven by the cluster key whose pairing timeout passed (its
+ * client has given up, or never meant to make its kernel connection).
+ * At most every PRUNE_NS: also while requests keep coming. */
+#define PRUNE_NS 20000000u
+
+static void prune(struct sov_listener *l, uint64_t *next_ns)
 {
+    uint64_t now = sov_now_ns();
+    if (!l->transparent || now < *next_ns)
+        return;
+    *next_ns = now + PRUNE_NS;
     pthread_mutex_lock(&l->s->wait_lock);
-    for (unsigned i = 0; i < l->count; i++)
-        if (sov_queued_conn_broken(l->q[(l->head + i) % l->cap].conn)) {
+    for (unsigned i = 0; i < l->count; i++) {
+        const struct pending *q = &l->q[(l->head + i) % l->cap];
+        bool broken = sov_queued_conn_broken(q->conn);
+        if (broken || (q->expires_ns && now >= q->expires_ns)) {
             struct pending p = sov_queue_take(l, i--);
-            sov_pending_drop(&p); /* its token too: the client's socket goes */
+            if (broken)
+                sov_pending_drop(&p); /* its token too: the client's socket goes */
+            else
+                let_go(&p);
         }
+    }
     pthread_mutex_unlock(&l->s->wait_lock);
 }
 
@@ -176,19 +202,35 @@ static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch, uint32_t tic
     struct pending taken = {.conn = NULL};
     const struct sockaddr *srv = (const struct sockaddr *)server;
     const struct sockaddr *cli = (const struct sockaddr *)client;
-    if (sov_token_holds(token, claimant, srv, cli)) {
+    bool holds = sov_token_holds(token, claimant, srv, cli);
+    if (holds) {
         pthread_mutex_lock(&l->s->wait_lock);
         for (unsigned i = 0; i < l->count && !taken.conn; i++) {
             struct pending *p = &l->q[(l->head + i) % l->cap];
             /* (The port only: a client's VI may name loopback for the
-             * address the kernel chose; its token decides.) */
+             * address the kernel chose; its token decides. Another host's
+             * VI names its client end, proven by its HELLO.) */
             uint16_t pport = sov_pending_port(p);
-            if ((pport == sov_addr_port(cli) || (p->unbound && pport == 0)) &&
-                sov_token_holds(p->token, p->uid, cli, srv))
+            if (sov_xhost_proves(p->conn)
+                    ? sov_xhost_same_client(srv, (const struct sockaddr *)&p->peer, cli)
+                    : (pport == sov_addr_port(cli) || (p->unbound && pport == 0)) &&
+                          sov_token_holds(p->token, p->uid, cli, srv))
                 taken = sov_queue_take(l, i);
         }
         pthread_mutex_unlock(&l->s->wait_lock);
     }
+    /* Another host's client is let go (let_go), the claimant refused. One
+     * whose VI has not been queued yet is let go when it comes. */
+    socklen_t clen = cli->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                : sizeof(struct sockaddr_in6);
+    bool far = taken.conn ? sov_xhost_proves(taken.conn) : holds && !sov_addr_is_local(cli, clen);
+    if (far && !taken.conn) {
+        pthread_mutex_lock(&l->s->wait_lock);
+        sov_gave_up_note(l, sov_addr_port(cli));
+        pthread_mutex_unlock(&l->s->wait_lock);
+    }
+    if (far)
+        ticket = 0;
     /* The client handles the REDIRECT before it sees its VI go. */
     bool redirected = taken.conn && ticket && ticket <= REDIRECT_TICKET_MAX &&
                       sov_post_redirect(taken.conn, ticket) == 0;
@@ -196,7 +238,9 @@ static void serve_claim(struct sov_listener *l, VIP_CONN_HANDLE ch, uint32_t tic
         accept_claim(ch);
     else
         VipConnectReject(ch);
-    if (taken.conn)
+    if (taken.conn && far)
+        let_go(&taken);
+    else if (taken.conn)
         sov_pending_drop(&taken);
     if (token >= 0)
         VipxFdClose(token);
@@ -226,6 +270,7 @@ static void *connection_thread(void *arg)
     VIP_NET_ADDRESS *remote = side->remote;
     struct establishing *est = side->est;
     unsigned nest = 0;
+    uint64_t prune_ns = 0;
     if (side->far) {
         /* libfabric loads here, not in the program's listen(); a client
          * from another host before it listens falls back to kernel TCP. */
@@ -247,10 +292,9 @@ static void *connection_thread(void *arg)
                 VipConnectReject(ch);
             break;
         }
+        prune(l, &prune_ns);
         if (r != VIP_SUCCESS) {
             settle(l, est, &nest);
-            if (l->transparent)
-                prune_broken(l);
             continue;
         }
         uint32_t ticket;
@@ -290,6 +334,8 @@ static void *connection_thread(void *arg)
             p.conn->send_mtu = ra.MaxTransferSize;
         if (l->transparent) /* accept() checks it against the kernel connection */
             VipxConnToken(ch, &p.token);
+        if (l->transparent && sov_xhost_proves(p.conn))
+            p.expires_ns = sov_now_ns() + sov_tp_pair_timeout_ns();
         pthread_mutex_lock(&l->s->wait_lock);
         p.unbound = l->transparent && !l->ticketed && sov_addr_port((struct sockaddr *)&p.peer) == 0;
         uint16_t port = sov_addr_port((struct sockaddr *)&p.peer);
@@ -305,8 +351,14 @@ static void *connection_thread(void *arg)
         }
         pthread_mutex_unlock(&l->s->wait_lock);
         if (late) {
-            VipConnectReject(ch); /* the client falls back at once */
-            sov_pending_drop(&p);
+            /* The client falls back at once: refused, or (another host's,
+             * which a refusal would hold off) let go. */
+            if (side->far && VipConnectAccept(ch, p.conn->vi) == VIP_SUCCESS) {
+                let_go(&p);
+            } else {
+                VipConnectReject(ch);
+                sov_pending_drop(&p);
+            }
             settle(l, est, &nest);
             continue;
         }
@@ -328,7 +380,10 @@ static void *connection_thread(void *arg)
             l->establishing_token = -1;
             pthread_mutex_unlock(&l->s->wait_lock);
             pthread_cond_broadcast(&l->s->cond); /* after the unlock: enqueue */
-            sov_pending_drop(&p);
+            if (ok)
+                let_go(&p);
+            else
+                sov_pending_drop(&p);
         }
     }
     for (unsigned i = 0; i < nest; i++)

@@ -25,6 +25,11 @@ struct pending {
      * (sov_token_target, looked up once; UINT64_MAX: none), compared with
      * the accepted connection's client socket before the full proof. */
     uint64_t target_ino;
+    /* sovia run, a VI that proves itself by the cluster key (xhost.c):
+     * when the queue drops it if no accept() took it (0: never). Its
+     * client gives up at its pairing timeout; a hostile one that never
+     * makes its kernel connection would hold the slot for ever. */
+    uint64_t expires_ns;
 };
 
 /* The client port of a queued VI: the one its request named, or, for an

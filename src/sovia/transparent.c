@@ -31,7 +31,7 @@
 /* Read on first use by whichever thread settles a socket first: the
  * program's and the service thread, each under its own socket's lock, so
  * the cache is atomic (racing first callers store the same value). */
-static uint64_t pair_timeout_ns(void)
+uint64_t sov_tp_pair_timeout_ns(void)
 {
     static _Atomic uint64_t cached;
     uint64_t ns = atomic_load_explicit(&cached, memory_order_relaxed);
@@ -256,7 +256,7 @@ int sov_tp_accept(struct sov_sock *l, int fd, const struct sockaddr *peer, bool 
 {
     uint64_t patience = 0;
     if (redirected)
-        patience = sov_spin_pays(sov_now_ns()) ? REDIRECT_PATIENCE_NS : pair_timeout_ns();
+        patience = sov_spin_pays(sov_now_ns()) ? REDIRECT_PATIENCE_NS : sov_tp_pair_timeout_ns();
     if (sov_tp_far_beside())
         sov_listen_far(l, peer);
     struct sov_conn *c = sov_accept_match(l, fd, peer, patience);
@@ -470,6 +470,8 @@ static int follow_redirect(struct sov_sock *s)
     struct sov_conn *old = s->conn;
     uint32_t ticket = old->redirect;
     old->redirect = 0; /* once */
+    if (sov_xhost_proves(old))
+        return -ECONNREFUSED; /* its proof cannot go elsewhere: kernel TCP */
     struct sockaddr_storage local, peer;
     socklen_t llen = sizeof(local), plen = sizeof(peer);
     if (getsockname(s->fd, (struct sockaddr *)&local, &llen) != 0 ||
@@ -597,7 +599,8 @@ enum sov_tp_state sov_tp_settle(struct sov_sock *s)
          * does not keep to the protocol: its bytes must be read where it
          * wrote them. */
         bool spoke = !(look == 0 && looked) && kernel_spoke(s, server); /* looked just now */
-        if (!spoke && (server || sov_now_ns() - c->tentative_since_ns <= pair_timeout_ns()))
+        uint64_t waited = sov_now_ns() - c->tentative_since_ns;
+        if (!spoke && (server || waited <= sov_tp_pair_timeout_ns()))
             return SOV_TP_PENDING;
         if (look == 1) {
             fall_back(s);

@@ -25,6 +25,10 @@ enum sov_tp_state { SOV_TP_PAIRED, SOV_TP_PENDING, SOV_TP_FELL_BACK };
  * connection stays on kernel TCP at once (docs/SOCKETS.md). */
 bool sov_tp_fd_room(void);
 
+/* SOVIA_PAIR_TIMEOUT_MS (1 s): how long a client waits for its pairing,
+ * and a VI proven by the cluster key waits in an accept queue. */
+uint64_t sov_tp_pair_timeout_ns(void);
+
 /* sovia run across hosts is on (a fabric NIC and SOVIA_CLUSTER_KEY_FILE's
  * key, xhost.c): a connection to another host's address is tried too,
  * and every carried connection pairs through the cluster key's proofs. */

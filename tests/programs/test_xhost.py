@@ -98,7 +98,7 @@ class Xhost(unittest.TestCase):
             return [json.loads(line) for line in f if line.strip()]
 
     def echo(self, server_under, client_under, server_key, client_key, conns=2,
-             size=4 << 20, server_host=1, client_host=2, provider=FABRIC):
+             size=4 << 20, server_host=1, client_host=2, provider=FABRIC, extra=None):
         """The echo pair; returns the server's and the client's records."""
         slog, clog = os.path.join(self.dir, "server.log"), os.path.join(self.dir, "client.log")
         for log in (slog, clog):  # a case may run the pair twice
@@ -109,7 +109,7 @@ class Xhost(unittest.TestCase):
         # client from the other host (open_far_side), one more connection.
         far = provider is None and server_under and server_key and client_host != server_host
         server = self.start(server_host, echo + ["server", str(self.port), str(conns + far)],
-                            server_under, server_key, slog, provider)
+                            server_under, server_key, slog, provider, extra=extra)
         self.server_out = ""  # what it said before it listened (sovia's warning, if any)
         while not self.server_out.endswith("listening\n"):
             line = server.stdout.readline()
@@ -119,7 +119,7 @@ class Xhost(unittest.TestCase):
             self.open_far_side(server_host)
         client = self.start(client_host, echo + ["client", ADDRS[server_host - 1],
                                                  str(self.port), str(size), str(conns)],
-                            client_under, client_key, clog, provider)
+                            client_under, client_key, clog, provider, extra=extra)
         out = self.finish(client, "echo client")
         self.client_out = out
         self.assertEqual(out.strip().splitlines()[-1], f"ok {conns}", out)
@@ -431,6 +431,116 @@ class Xhost(unittest.TestCase):
 
     def test_hostile_pairing_far_side(self):
         self.hostile(None)
+
+    def stalled(self, provider):
+        """A client from another host whose VIs fill the server's accept
+        queue and name kernel connections that never come (xhost_hostile.c
+        stall): the server drops each within the pairing timeout (and
+        slack), and a proper client's connections after it are carried
+        (before, those VIs stayed while the hostile held them, and every
+        later client was refused its VI: kernel TCP)."""
+        if not HOSTILE:
+            self.skipTest("no --hostile")
+        logs = [os.path.join(self.dir, f"{n}.log") for n in ("s", "c")]
+        echo = [sys.executable, os.path.join(HERE, "xhost_echo.py")]
+        far = provider is None
+        server = self.start(1, echo + ["server", str(self.port), str(2 + far)], True, self.key,
+                            logs[0], provider)
+        self.assertEqual(server.stdout.readline(), "listening\n")
+        if far:
+            self.open_far_side(1)
+        h = subprocess.run(in_host(2, [HOSTILE, "stall", ADDRS[0], str(self.port), self.key]),
+                           capture_output=True, text=True, timeout=60,
+                           env=self.env(None, os.path.join(self.dir, "h.log"), FABRIC))
+        self.assertEqual((h.returncode, h.stdout.split()[:1]), (0, ["ok"]),
+                         f"{h.stdout} {h.stderr}")
+        print(f"    [measure] stalled VIs (count, longest ms): {h.stdout.split()[1:]}",
+              file=sys.stderr)
+        client = self.start(2, echo + ["client", ADDRS[0], str(self.port), str(1 << 20), "2"],
+                            True, self.key, logs[1], provider)
+        out = self.finish(client, "client")
+        self.assertEqual(out.strip().splitlines()[-1], "ok 2", out)
+        self.finish(server, "server")
+        self.assertEqual(self.records(logs[1])[0]["carried"], 2, self.records(logs[1]))
+        self.assertEqual(self.records(logs[0])[0]["carried"], 2, self.records(logs[0]))
+
+    def test_stalled_vis_expire_over_fabric(self):
+        self.stalled(FABRIC)
+
+    def test_stalled_vis_expire_far_side(self):
+        self.stalled(None)
+
+    def test_handler_mode_far(self):
+        """SOVIA_HANDLING=handler on both ends, a key beside shm: the far
+        NIC's connections are handled by a handler thread of their own CQ
+        (the shm one's sees nothing of them), carried, every byte back."""
+        srec, crec = self.echo(True, True, self.key, self.key, provider=None,
+                               extra={"SOVIA_HANDLING": "handler"})
+        self.assert_providers(srec, 0, 2)
+        self.assert_providers(crec, 0, 2)
+
+    def test_notify_mode_far(self):
+        """SOVIA_HANDLING=notify likewise (vipl's notify on the far VIs)."""
+        srec, crec = self.echo(True, True, self.key, self.key, provider=None,
+                               extra={"SOVIA_HANDLING": "notify"})
+        self.assert_providers(srec, 0, 2)
+        self.assert_providers(crec, 0, 2)
+
+    def test_handler_mode_over_fabric(self):
+        """The same with SOVIA_PROVIDER=fabric (the one handler thread's CQ
+        is fabric's)."""
+        srec, crec = self.echo(True, True, self.key, self.key,
+                               extra={"SOVIA_HANDLING": "handler"})
+        self.assert_carried(srec, 2)
+        self.assert_carried(crec, 2)
+
+    def prefork(self, provider, first, timed=True):
+        """A prefork server (forked workers accept; the listening parent
+        accepts none, or with `first` one before the fork, a client from
+        the other host without sovia, which starts its far side) and a
+        client from another host whose requests come first: every byte
+        echoed, each connection on kernel TCP (a worker's claim proves a
+        same-host token), and with `timed`, at once: the parent's far side
+        tells the client to fall back (a REDIRECT it cannot follow); none
+        waits for its pairing timeout (the client holds its request while
+        tentative: 1 s a connection)."""
+        conns = 10
+        logs = [os.path.join(self.dir, f"{n}.log") for n in ("s", "c")]
+        echo = [sys.executable, os.path.join(HERE, "xhost_echo.py")]
+        # A worker's preload starts threads (a forked child of a threaded
+        # process): ThreadSanitizer's build would stop it (die_after_fork).
+        tsan = {"TSAN_OPTIONS": os.environ.get("TSAN_OPTIONS", "") + ":die_after_fork=0"}
+        server = self.start(1, echo + ["prefork", str(self.port), str(conns), "2"] +
+                            (["first"] if first else []), True, self.key, logs[0], provider,
+                            extra=tsan)
+        self.assertEqual(server.stdout.readline(), "listening\n")
+        if first:
+            self.open_far_side(1)
+        t0 = time.monotonic()
+        client = self.start(2, echo + ["ask", ADDRS[0], str(self.port), "1000", str(conns)],
+                            True, self.key, logs[1], provider)
+        out = self.finish(client, "client")
+        took = time.monotonic() - t0
+        self.assertEqual(out.strip().splitlines()[-1], f"ok {conns}", out)
+        self.finish(server, "server")
+        crec = self.records(logs[1])[0]
+        self.assertEqual(crec["carried"], 0, crec)
+        print(f"    [measure] {conns} connections to a prefork server: {took:.2f} s "
+              f"(record {crec['fell_back']} fell back, {crec['kernel']} kernel)", file=sys.stderr)
+        if timed:  # a pairing timeout a connection would be conns s at least
+            self.assertLess(took, conns / 2, crec)
+
+    def test_prefork_far(self):
+        self.prefork(None, first=False)
+
+    def test_prefork_far_side_running(self):
+        self.prefork(None, first=True)
+
+    def test_prefork_over_fabric(self):
+        """SOVIA_PROVIDER=fabric: a worker cannot claim (no same-host token
+        over fabric), so each client waits its pairing timeout
+        (docs/ARCHITECTURE.md): correct, not timed."""
+        self.prefork(FABRIC, first=False, timed=False)
 
     def test_same_host_over_fabric(self):
         """SOVIA_PROVIDER=fabric forces fabric: the proofs pair a same-host

@@ -31,6 +31,13 @@ sovia-specific in it.
     xhost_echo.py steps HOST PORT BYTES N   as client, but waits for a line on
                                            stdin before each connection after
                                            the first
+    xhost_echo.py ask HOST PORT BYTES N     as client, but each connection's bytes
+                                           come back before it ends its side (a
+                                           request and its answer)
+    xhost_echo.py prefork PORT CONNS W [first]  W forked workers accept and
+                                           echo CONNS connections in all (the
+                                           listening parent accepts none; with
+                                           first, one, before the fork)
 """
 import time
 import hashlib
@@ -79,6 +86,29 @@ def tserver(port, conns):
         ts[-1].start()
     for t in ts:
         t.join()
+
+
+def prefork(port, conns, workers, first):
+    s = listening("0.0.0.0", port)
+    if first:
+        print("listening", flush=True)
+        echo_conn(s.accept()[0])
+    r, w = os.pipe()  # a byte per connection: a worker takes one, then accepts
+    pids = []
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:
+            os.close(w)
+            while os.read(r, 1):
+                echo_conn(s.accept()[0])
+            os._exit(0)
+        pids.append(pid)
+    os.close(r)
+    os.write(w, b"x" * conns)
+    os.close(w)
+    if not first:
+        print("listening", flush=True)
+    return 0 if all(os.waitpid(p, 0)[1] == 0 for p in pids) else 1
 
 
 def exchange(c, size):
@@ -131,9 +161,9 @@ def pump(c, size):
     return bytes(got) == data
 
 
-def one(host, port, size):
+def one(host, port, size, ask=False):
     with socket.create_connection((host, port), timeout=20) as c:
-        return exchange(c, size)
+        return echo_once(c, size) if ask else exchange(c, size)
 
 
 def both(hosts, port, size, hold):
@@ -207,6 +237,9 @@ def main():
     if sys.argv[1] == "tserver":
         tserver(int(sys.argv[2]), int(sys.argv[3]))
         return 0
+    if sys.argv[1] == "prefork":
+        return prefork(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]),
+                       sys.argv[5:] == ["first"])
     if sys.argv[1] == "both":
         good = both(sys.argv[2:4], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6:] == ["hold"])
         print(f"ok {good}" if good == 2 else f"bad: {2 - good} of 2 connections differ", flush=True)
@@ -249,7 +282,7 @@ def main():
         if sys.argv[1] == "steps" and i:
             print("next?", flush=True)
             sys.stdin.readline()
-        good += one(host, port, size)
+        good += one(host, port, size, sys.argv[1] == "ask")
     print(f"ok {good}" if good == n else f"bad: {n - good} of {n} connections differ", flush=True)
     return 0 if good == n else 1
 

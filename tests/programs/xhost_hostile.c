@@ -21,6 +21,12 @@
  * must come back whole (the server fell back to kernel TCP), and the
  * server must have dropped the VI. Prints "ok" (exit 0), or what went
  * wrong (1); 2: usage or set-up.
+ *
+ *   stall       VIs, each from a port of its own with its proper HELLO,
+ *               until the server refuses one (its accept queue is full),
+ *               and no kernel connection ever: the server must drop each
+ *               within the pairing timeout (SOVIA_PAIR_TIMEOUT_MS, 1 s)
+ *               and 1.5 s: "ok N MS" (N VIs, the longest one lived MS).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -83,6 +89,94 @@ static int exchange(int k, const struct sockaddr_in *server)
     return 0;
 }
 
+/* Our end as the server will see it: the route's source, a port of ours
+ * (k, bound there, never connected unless the mode says so). */
+static int own_end(const struct sockaddr_in *server, int *k, struct sockaddr_storage *src)
+{
+    *k = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    *src = (struct sockaddr_storage){.ss_family = AF_INET};
+    socklen_t sl = sizeof(struct sockaddr_in);
+    int err = *k < 0 ? errno : sov_addr_fill_source(src, (const struct sockaddr *)server);
+    if (!err && (bind(*k, (struct sockaddr *)src, sl) != 0 ||
+                 getsockname(*k, (struct sockaddr *)src, &sl) != 0))
+        err = errno;
+    return err;
+}
+
+/* A VI to the server from src; false if the server refused it. */
+static bool vi_connect(struct sov_conn *c, const struct sockaddr_storage *src,
+                       const struct sockaddr_in *server)
+{
+    VIP_NET_ADDRESS *la = sov_vi_address((const struct sockaddr *)src);
+    VIP_NET_ADDRESS *ra_addr = sov_vi_address((const struct sockaddr *)server);
+    VIP_VI_ATTRIBUTES ra;
+    bool ok = la && ra_addr && VipConnectRequest(c->vi, la, ra_addr, 2000, &ra) == VIP_SUCCESS;
+    free(la);
+    free(ra_addr);
+    return ok;
+}
+
+static bool vi_connected(struct sov_conn *c)
+{
+    VIP_DESCRIPTOR *d;
+    VipRecvDone(c->vi, &d); /* progress, for providers that need it */
+    VIP_VI_STATE st;
+    return VipQueryVi(c->vi, &st, NULL, NULL, NULL) == VIP_SUCCESS && st == VIP_STATE_CONNECTED;
+}
+
+#define STALL_MAX 64
+
+/* The stall mode: VIs that fill the server's accept queue and name
+ * kernel connections that never come. */
+static int stall(const struct sockaddr_in *server, const struct sov_xkey *key)
+{
+    const char *v = getenv("SOVIA_PAIR_TIMEOUT_MS");
+    long bound_ms = (v && atol(v) > 0 ? atol(v) : 1000) + 1500;
+    struct sov_conn *c[STALL_MAX];
+    uint64_t since[STALL_MAX];
+    unsigned n = 0;
+    bool refused = false;
+    while (n < STALL_MAX && !refused) {
+        int k, err;
+        struct sockaddr_storage src;
+        struct sov_xtuple t;
+        if ((err = own_end(server, &k, &src)) != 0)
+            return die("socket", err);
+        if (sov_xtuple((const struct sockaddr *)server, (struct sockaddr *)&src, &t) != 0)
+            return die("tuple", EINVAL);
+        if (!(c[n] = sov_conn_create(&sov_g.cfg, false, &err)))
+            return die("VI", err);
+        refused = !vi_connect(c[n], &src, server);
+        if (refused)
+            break; /* (k stays open: its port is not reused meanwhile) */
+        since[n] = sov_now_ns();
+        uint8_t hello[SOV_XAUTH_HELLO_LEN], cnonce[SOV_XAUTH_NONCE];
+        sov_xauth_hello(key, &t, cnonce, hello);
+        send_msg(c[n++], PKT_XAUTH, hello, sizeof hello);
+    }
+    if (!refused || n == 0)
+        return printf("bad: %u VIs accepted, %s\n", n, refused ? "none" : "none refused"), 1;
+    uint64_t longest = 0, end = sov_now_ns() + (uint64_t)(bound_ms + 3500) * 1000000u;
+    for (unsigned left = n; left && sov_now_ns() < end; usleep(10000)) {
+        for (unsigned i = 0; i < n; i++)
+            if (since[i] && !vi_connected(c[i])) {
+                uint64_t lived = sov_now_ns() - since[i];
+                longest = lived > longest ? lived : longest;
+                since[i] = 0;
+                left--;
+            }
+    }
+    for (unsigned i = 0; i < n; i++)
+        if (since[i])
+            return printf("bad: the server kept VI %u of %u past %ld ms\n", i, n, bound_ms + 3500),
+                   1;
+    if (longest / 1000000 > (uint64_t)bound_ms)
+        return printf("bad: a VI lived %llu ms (bound %ld)\n",
+                      (unsigned long long)(longest / 1000000), bound_ms), 1;
+    printf("ok %u %llu\n", n, (unsigned long long)(longest / 1000000));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 5)
@@ -100,13 +194,15 @@ int main(int argc, char **argv)
     if ((err = sov_init()) != 0)
         return die("sov_init", err);
 
-    /* Our end as the server will see it: the route's source, a port of ours. */
-    int k = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_storage src = {.ss_family = AF_INET};
-    socklen_t sl = sizeof(struct sockaddr_in);
-    if (k < 0 || (err = sov_addr_fill_source(&src, (struct sockaddr *)&server)) != 0 ||
-        bind(k, (struct sockaddr *)&src, sl) != 0 || getsockname(k, (struct sockaddr *)&src, &sl))
-        return die("socket", err ? err : errno);
+    if (strcmp(mode, "stall") == 0) {
+        int rc = stall(&server, &key);
+        fflush(stdout);
+        _exit(rc); /* the VIs are left to the exit, as a crashed peer's */
+    }
+    int k;
+    struct sockaddr_storage src;
+    if ((err = own_end(&server, &k, &src)) != 0)
+        return die("socket", err);
     struct sov_xtuple t, t_other;
     struct sockaddr_in src_other = *(struct sockaddr_in *)&src;
     src_other.sin_port = htons(ntohs(src_other.sin_port) + 1);
@@ -115,14 +211,10 @@ int main(int argc, char **argv)
         return die("tuple", EINVAL);
 
     struct sov_conn *c = sov_conn_create(&sov_g.cfg, false, &err);
-    VIP_NET_ADDRESS *la = sov_vi_address((struct sockaddr *)&src);
-    VIP_NET_ADDRESS *ra_addr = sov_vi_address((struct sockaddr *)&server);
-    if (!c || !la || !ra_addr)
-        return die("VI", err ? err : ENOMEM);
-    VIP_VI_ATTRIBUTES ra;
-    VIP_RETURN r = VipConnectRequest(c->vi, la, ra_addr, 2000, &ra);
-    if (r != VIP_SUCCESS)
-        return printf("bad: the VI was not accepted (%d)\n", (int)r), 1;
+    if (!c)
+        return die("VI", err);
+    if (!vi_connect(c, &src, &server))
+        return printf("bad: the VI was not accepted\n"), 1;
 
     uint8_t hello[SOV_XAUTH_HELLO_LEN], cnonce[SOV_XAUTH_NONCE];
     const struct sov_xkey *hk = strcmp(mode, "wrongkey") == 0 ? &other : &key;
@@ -158,15 +250,10 @@ int main(int argc, char **argv)
     int rc = exchange(k, &server);
     /* The server dropped our VI (not merely left it queued): it saw what
      * we sent and turned it away. */
-    VIP_VI_STATE st = VIP_STATE_CONNECTED;
-    for (int i = 0; rc == 0 && i < 500; i++) {
-        VIP_DESCRIPTOR *d;
-        VipRecvDone(c->vi, &d); /* progress, for providers that need it */
-        if (VipQueryVi(c->vi, &st, NULL, NULL, NULL) != VIP_SUCCESS || st != VIP_STATE_CONNECTED)
-            break;
+    bool kept = true;
+    for (int i = 0; rc == 0 && i < 500 && (kept = vi_connected(c)); i++)
         usleep(10000);
-    }
-    if (rc == 0 && st == VIP_STATE_CONNECTED) {
+    if (rc == 0 && kept) {
         printf("bad: the server kept our VI 5 s after the exchange\n");
         rc = 1;
     }
