@@ -806,8 +806,13 @@ static size_t copy_out(struct sov_conn *c, const struct iovec *iov, int iovcnt, 
         }
     }
     if (!peek) {
-        c->rq_off = off;
-        c->rx_bytes -= done + passed;
+        /* A repost the provider refused reset the connection in consumed()
+         * (sov_conn_abort): what was unread is gone, the count with it
+         * (taking our bytes off it wrapped: readable for ever, nothing
+         * queued, the next sov_recv spun; sovia/repost_fail). */
+        bool dropped = c->reset && c->rq_count == 0 && c->rx_bytes < done + passed;
+        c->rq_off = dropped ? 0 : off;
+        c->rx_bytes = dropped ? 0 : c->rx_bytes - (done + passed);
         c->taken += done + passed;
         if (c->urg && done + passed > c->urg_ahead)
             c->urg = c->urg_valid = false; /* the reader went past the mark */

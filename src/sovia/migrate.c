@@ -321,6 +321,17 @@ static int give_back_some(struct sov_sock *s)
         }
         if (c->credits == 0) {
             sov_repost_deferred(c);
+            /* Only when the peer has no credit and none is coming: every
+             * one of its window is held here (unread, or reposted and owed;
+             * none in flight either way). An ACK below ack_every breaks the
+             * count of ACK packets the peer posted room for (P, PROTOCOL.md):
+             * one at each turn of a handler thread that answers every packet
+             * (SOVIA_HANDLING=handler) outran the peer's handling, which then
+             * had no receive posted for the next (RECVQ_EMPTY: reset). With
+             * the whole window held no such ACK of ours can be in flight, so
+             * at most one is. */
+            if (c->to_ack && c->rq_count + c->to_ack < c->cfg.window)
+                return 0;
             if (c->to_ack && sov_conn_send_ctrl(c, PKT_ACK) != 0)
                 return -ECONNRESET;
             return 0;

@@ -320,6 +320,7 @@ int sov_poll_masked(struct pollfd *fds, nfds_t nfds, int timeout, const sigset_t
     bool tentative = false; /* a sovia run client awaits pairing (the last scan): sleep briefly */
     bool masked = false;
     sigset_t old;
+    struct sov_sighold hold = {0}; /* while it spins, libsovia alone */
     for (unsigned round = 0;; round++) {
         /* The kernel is asked in the first round, so one call reports all
          * that was ready when it began; while spinning, only every 16th
@@ -331,7 +332,8 @@ int sov_poll_masked(struct pollfd *fds, nfds_t nfds, int timeout, const sigset_t
             pthread_sigmask(SIG_SETMASK, mask, &old);
             masked = true;
         }
-        if (sov_sigwatch_fired(&sig)) { /* a handler ran: as the kernel */
+        /* A handler ran: as the kernel. */
+        if (sov_sigwatch_fired(&sig) || sov_sighold_look(&hold, false)) {
             ready = -1;
             errno = EINTR;
             break;
@@ -343,9 +345,17 @@ int sov_poll_masked(struct pollfd *fds, nfds_t nfds, int timeout, const sigset_t
         if (timeout > 0 && left_ms <= 0)
             break;
         if (now - start < spin_ns && (spin_ns == UINT64_MAX || sov_spin_pays(now))) {
+            sov_sighold_on(&hold);
             __builtin_ia32_pause();
             continue;
         }
+        /* The sleeps fail with EINTR themselves. */
+        if (sov_sighold_look(&hold, true)) {
+            ready = -1;
+            errno = EINTR;
+            break;
+        }
+        sov_sighold_off(&hold);
         /* Carried connections alone (no kernel descriptor to ask, none
          * awaiting its pairing): the futex sleep, armed after the look. */
         if (nk == 0 && !tentative) {
@@ -386,6 +396,7 @@ int sov_poll_masked(struct pollfd *fds, nfds_t nfds, int timeout, const sigset_t
             break;
     }
     int saved = errno;
+    sov_sighold_off(&hold);
     if (masked) {
         /* A handler ran under the call's mask: the kernel would have failed
          * the call rather than report what became ready after. */

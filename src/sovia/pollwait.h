@@ -57,6 +57,26 @@ static inline bool sov_sigwatch_fired(const struct sov_sigwatch *w)
     return w->count && atomic_load_explicit(w->count, memory_order_relaxed) != w->start;
 }
 
+/*
+ * Without a count (libsovia alone: the program's handlers are its own), a
+ * wait that spins holds the thread's catchable signals back from its first
+ * spinning turn (sov_sighold_on) and looks at what is pending now and then
+ * (sov_sighold_look): a signal the program had not blocked is let through
+ * at once (the mask as it was: its handler runs, or its default action),
+ * and one with a handler ends the wait with EINTR, as the kernel's sleep
+ * would. Faults (SIGSEGV & co.) are never held. Nothing while counted.
+ */
+struct sov_sighold {
+    bool on;
+    unsigned looks;
+    sigset_t saved; /* the thread's mask before */
+};
+void sov_sighold_on(struct sov_sighold *h);
+/* True if a handler of a signal let through runs (ran) now; `now`: look
+ * whatever the count of looks (else one look in 16). */
+bool sov_sighold_look(struct sov_sighold *h, bool now);
+void sov_sighold_off(struct sov_sighold *h);
+
 /* sov_poll with ppoll's signal mask (NULL: none): the mask holds from the
  * first look that finds nothing ready to the return, spinning included; a
  * handler run meanwhile ends the call with EINTR. */

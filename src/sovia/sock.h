@@ -109,12 +109,21 @@ static inline bool sov_lock(sov_lock_t *l)
            VipxLockSlow(&l->owner, me); /* false: taken over from a dead owner */
 }
 
+/* A spinning wait of this thread holds signals back (wait.c: libsovia
+ * alone, no count of handlers); they go through at the call's end, the
+ * release of its last lock. */
+extern __thread volatile bool sov_signals_held __attribute__((tls_model("initial-exec")));
+void sov_signals_let_go(void);
+
 /* Counted as held only while held: a deferred signal is raised if it fails. */
 static inline void sov_locks_release(void)
 {
-    if (--sov_locks_held == 0 &&
-        atomic_load_explicit(&sov_signals_deferred, memory_order_relaxed))
-        sov_raise_deferred();
+    if (--sov_locks_held == 0) {
+        if (atomic_load_explicit(&sov_signals_deferred, memory_order_relaxed))
+            sov_raise_deferred();
+        if (__builtin_expect(sov_signals_held, 0))
+            sov_signals_let_go();
+    }
 }
 
 static inline void sov_unlock(sov_lock_t *l)

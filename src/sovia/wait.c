@@ -16,6 +16,85 @@
 #include "pollwait.h"
 #include "sock.h"
 
+/* ---- Signals while a wait spins ------------------------------------------ */
+
+void sov_sighold_on(struct sov_sighold *h)
+{
+    if (h->on || sov_poll_hooks.signal_count)
+        return;
+    sigset_t all;
+    sigfillset(&all);
+    static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT};
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
+        sigdelset(&all, faults[i]);
+    if (pthread_sigmask(SIG_BLOCK, &all, &h->saved) == 0) {
+        h->on = true;
+        h->looks = 0;
+    }
+}
+
+void sov_sighold_off(struct sov_sighold *h)
+{
+    if (!h->on)
+        return;
+    h->on = false;
+    pthread_sigmask(SIG_SETMASK, &h->saved, NULL); /* what is pending goes now */
+}
+
+bool sov_sighold_look(struct sov_sighold *h, bool now)
+{
+    if (!h->on || (!now && ++h->looks % 16))
+        return false;
+    sigset_t p;
+    if (sigpending(&p) != 0)
+        return false;
+    bool through = false, handler = false;
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sigismember(&p, sig) != 1 || sigismember(&h->saved, sig) == 1)
+            continue;
+        through = true;
+        struct sigaction a;
+        if (sigaction(sig, NULL, &a) == 0 && a.sa_handler != SIG_DFL && a.sa_handler != SIG_IGN)
+            handler = true;
+    }
+    if (through)
+        sov_sighold_off(h);
+    return handler;
+}
+
+/* The wait of sov_wait_turn's caller (one call of the sockets API) */
+static __thread struct sov_sighold wait_hold;
+static __thread bool wait_in_turn;  /* its own unlock inside a turn */
+static __thread unsigned wait_sigs; /* the handler count at its first turn */
+__thread volatile bool sov_signals_held;
+
+void sov_signals_let_go(void)
+{
+    if (wait_in_turn)
+        return;
+    sov_signals_held = false;
+    sov_sighold_off(&wait_hold);
+}
+
+/* A turn that spins (a POLL turn, a wait for the handler thread) may not
+ * notice a handler run: true if one did since the wait's first turn. */
+static bool spin_interrupted(bool now)
+{
+    if (sov_poll_hooks.signal_count)
+        return atomic_load_explicit(sov_poll_hooks.signal_count(), memory_order_relaxed) !=
+               wait_sigs;
+    bool ran = sov_sighold_look(&wait_hold, now);
+    sov_signals_held = wait_hold.on;
+    return ran;
+}
+
+static void spin_turn_begins(void)
+{
+    sov_sighold_on(&wait_hold);
+    sov_signals_held = wait_hold.on;
+    wait_in_turn = true;
+}
+
 /* ---- Waiting ------------------------------------------------------------- */
 
 bool sov_conn_sleep_hold(struct sov_conn *c, VIPX_SLEEP_WORD *w, int *bound)
@@ -213,20 +292,29 @@ int sov_wait_turn(struct sov_sock *s, uint64_t *spun_since, bool *handled)
 {
     struct sov_conn *c = s->conn;
     int rc = 0;
+    if (!*spun_since) { /* the wait's first turn */
+        *spun_since = sov_now_ns();
+        if (sov_poll_hooks.signal_count)
+            wait_sigs = atomic_load_explicit(sov_poll_hooks.signal_count(), memory_order_relaxed);
+    }
     if (c) {
         sov_repost_deferred(c); /* waiting is free time for it */
         /* Nothing moves a send in flight while we sleep (manual progress),
          * and the peer's reply may wait for it. (On shm: at once.) */
         sov_sends_out(c);
     }
+    /* A turn that spins or waits for the handler thread has no system call
+     * that a handler would fail with EINTR: spin_interrupted looks. */
     if (c && sov_handled_elsewhere(s, c)) {
+        spin_turn_begins();
         rc = wait_for_handler(s);
+        wait_in_turn = false;
+        if (spin_interrupted(true))
+            rc = -EINTR;
     } else {
         enum sov_wait_mode mode = c ? c->cfg.wait_mode : s->cfg.wait_mode;
         if (mode == SOV_WAIT_ADAPTIVE) {
             uint64_t now = sov_now_ns();
-            if (!*spun_since)
-                *spun_since = now;
             mode = now - *spun_since < (uint64_t)s->cfg.spin_us * 1000 && sov_spin_pays(now)
                        ? SOV_WAIT_POLL
                        : SOV_WAIT_BLOCK;
@@ -235,11 +323,18 @@ int sov_wait_turn(struct sov_sock *s, uint64_t *spun_since, bool *handled)
             /* No pause instruction: it costs ~140 cycles on recent cores and
              * would delay noticing the packet; dropping the lock for a
              * moment is enough to let another thread of this socket in. */
+            spin_turn_begins();
             if (!handled || !c || !(*handled = spin_for_packet(s, c))) {
                 sov_sock_unlock(s);
                 sov_sock_lock(s);
             }
+            wait_in_turn = false;
+            if (spin_interrupted(false))
+                rc = -EINTR;
+        } else if (spin_interrupted(true)) { /* while it spun (ADAPTIVE) */
+            rc = -EINTR;
         } else {
+            sov_signals_let_go(); /* the sleep's poll fails with EINTR itself */
             rc = block_on_cq(s);
         }
     }
