@@ -345,7 +345,8 @@ int sov_poll_masked(struct pollfd *fds, nfds_t nfds, int timeout, const sigset_t
         if (timeout > 0 && left_ms <= 0)
             break;
         if (now - start < spin_ns && (spin_ns == UINT64_MAX || sov_spin_pays(now))) {
-            sov_sighold_on(&hold);
+            if (now - start >= SOV_SIGHOLD_AFTER_NS)
+                sov_sighold_on(&hold);
             __builtin_ia32_pause();
             continue;
         }

@@ -88,10 +88,15 @@ static bool spin_interrupted(bool now)
     return ran;
 }
 
-static void spin_turn_begins(void)
+/* since: the wait's first turn, or 0 to hold at once (a wait that sleeps
+ * on a condition variable, which no handler interrupts). */
+static void spin_turn_begins(uint64_t since)
 {
-    sov_sighold_on(&wait_hold);
-    sov_signals_held = wait_hold.on;
+    if (!wait_hold.on && !sov_poll_hooks.signal_count &&
+        (!since || sov_now_ns() - since >= SOV_SIGHOLD_AFTER_NS)) {
+        sov_sighold_on(&wait_hold);
+        sov_signals_held = wait_hold.on;
+    }
     wait_in_turn = true;
 }
 
@@ -306,7 +311,7 @@ int sov_wait_turn(struct sov_sock *s, uint64_t *spun_since, bool *handled)
     /* A turn that spins or waits for the handler thread has no system call
      * that a handler would fail with EINTR: spin_interrupted looks. */
     if (c && sov_handled_elsewhere(s, c)) {
-        spin_turn_begins();
+        spin_turn_begins(0);
         rc = wait_for_handler(s);
         wait_in_turn = false;
         if (spin_interrupted(true))
@@ -323,7 +328,7 @@ int sov_wait_turn(struct sov_sock *s, uint64_t *spun_since, bool *handled)
             /* No pause instruction: it costs ~140 cycles on recent cores and
              * would delay noticing the packet; dropping the lock for a
              * moment is enough to let another thread of this socket in. */
-            spin_turn_begins();
+            spin_turn_begins(*spun_since);
             if (!handled || !c || !(*handled = spin_for_packet(s, c))) {
                 sov_sock_unlock(s);
                 sov_sock_lock(s);
