@@ -273,6 +273,19 @@ VIP_RETURN VipxViShare(VIP_VI_HANDLE ViHandle);
 VIP_RETURN VipxViRelease(VIP_VI_HANDLE ViHandle);
 
 /*
+ * A receive-queue notify (VipRecvNotify) takes a completion off the queue
+ * before its handler runs, so a consumer that captures the VI's state
+ * (VipxViExport before exec) while the handler waits for the consumer's
+ * lock would record a queue without that packet. VipxViNotifyHold(vi,
+ * VIP_TRUE) stops the notify thread taking any more; VipxViNotifyIdle is
+ * then VIP_TRUE once no completion it took is still in its handler (wait
+ * for it without the lock the handler needs). VIP_FALSE lets it go on
+ * (a failed exec). Both succeed on a VI with no notify.
+ */
+VIP_RETURN VipxViNotifyHold(VIP_VI_HANDLE ViHandle, VIP_BOOLEAN Hold);
+VIP_BOOLEAN VipxViNotifyIdle(VIP_VI_HANDLE ViHandle);
+
+/*
  * VipDisconnect for a VI that is destroyed next: the same flush and notice
  * to the peer, but the VI keeps its old memory (VipDisconnect gives it fresh
  * segments, so that an old peer keeps only orphaned memory: a memfd made,

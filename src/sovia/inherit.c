@@ -196,6 +196,32 @@ static bool export_conn(struct sov_handoff *h, struct sov_sock *s, const int32_t
            write_all(h->memfd, posted, nposted * sizeof(posted[0]));
 }
 
+/*
+ * NOTIFY: the notify thread takes a packet off the VI's queue before its
+ * callback takes s->lock, held here; exported meanwhile, the record would
+ * lack that packet and the callback never run in the new image. Hold the
+ * notify and wait one in flight out (the callback handles it), up to 1 s.
+ * Not for a vfork child: its memory is the parent's, whose notify goes on.
+ */
+static void hold_notify(struct sov_sock *s)
+{
+    VIP_VI_HANDLE vi = s->conn->vi;
+    VipxViNotifyHold(vi, VIP_TRUE);
+    for (int i = 0; i < 20000 && !VipxViNotifyIdle(vi); i++) {
+        sov_sock_unlock(s);
+        nanosleep(&(struct timespec){.tv_nsec = 50000}, NULL);
+        sov_sock_lock(s);
+        if (s->dead || !s->conn || s->conn->vi != vi)
+            return;
+    }
+}
+
+static bool notified(const struct sov_sock *s)
+{
+    return !s->dead && s->kind == SK_CONNECTED && s->conn && !s->conn->reset &&
+           s->conn->cfg.handling == SOV_NOTIFY;
+}
+
 int sov_inherit_export(struct sov_handoff *h)
 {
     *h = (struct sov_handoff){.memfd = -1};
@@ -221,6 +247,8 @@ int sov_inherit_export(struct sov_handoff *h)
         sov_sock_lock(s);
         if (!sov_tp_settle_wait(&s, fd))
             continue; /* fell back to TCP: the kernel socket is all there is */
+        if (!forked && notified(s))
+            hold_notify(s);
         /* Each socket once, at its lowest surviving name. */
         unsigned n = s->dead || s->kind != SK_CONNECTED || !s->conn || s->tp_waiting
                          ? 0
@@ -247,6 +275,16 @@ int sov_inherit_export(struct sov_handoff *h)
 /* The exec failed (or nothing to hand over): everything is as it was. */
 void sov_inherit_abort(struct sov_handoff *h)
 {
+    if (sov_g.nic && getpid() == sov_g.pid) /* the notifies hold_notify held go on */
+        for (int fd = 0, lim = sov_table_limit(); fd < lim; fd++) {
+            struct sov_sock *s = sov_lookup(fd);
+            if (!s || !s->transparent)
+                continue;
+            sov_sock_lock(s);
+            if (notified(s))
+                VipxViNotifyHold(s->conn->vi, VIP_FALSE);
+            sov_sock_unlock(s);
+        }
     for (unsigned i = 0; i < h->nreopened; i++) {
         int flags = raw_getfd(h->reopened[i]);
         if (flags >= 0)

@@ -19,6 +19,10 @@ struct vipl_notify {
     enum vipl_queue q;
     bool pending;
     atomic_bool stopping;
+    /* VipxViNotifyHold: the thread takes no completion while `held`;
+     * `in_flight` from its look at the queue until its handler returned
+     * (or the look found nothing), so a holder can wait one out. */
+    atomic_bool held, in_flight;
     void *context;
     void *handler;
 };
@@ -48,7 +52,17 @@ static VIP_RETURN poll_or_stop(void *obj, void *out1, void *out2)
     struct vipl_notify *n = obj;
     if (atomic_load(&n->stopping))
         return VIP_INVALID_STATE;
-    return poll_once(n, out1, out2);
+    /* In flight before `held` is read (both sequentially consistent): a
+     * holder that then finds in_flight false knows no look can take one. */
+    atomic_store(&n->in_flight, true);
+    if (atomic_load(&n->held)) {
+        atomic_store(&n->in_flight, false);
+        return VIP_NOT_DONE;
+    }
+    VIP_RETURN r = poll_once(n, out1, out2);
+    if (r != VIP_SUCCESS)
+        atomic_store(&n->in_flight, false);
+    return r;
 }
 
 /* Blocks until a completion arrives (true) or the notify is being torn down. */
@@ -102,6 +116,7 @@ static void *notify_thread(void *arg)
         n->pending = false; /* cleared first: the handler may re-arm */
         pthread_mutex_unlock(&n->lock);
         call_handler(n, context, handler, out1, recvq);
+        atomic_store(&n->in_flight, false);
     }
 }
 
@@ -201,4 +216,31 @@ VIPL_EXPORT VIP_RETURN VipRecvNotify(VIP_VI_HANDLE ViHandle, VIP_PVOID Context,
     if (!vi || vi->magic != VIPL_VI_MAGIC || !Handler)
         return VIP_INVALID_PARAMETER;
     return vipl_notify_arm(&vi->recv_notify, vi, VIPL_RECVQ, Context, (void *)Handler);
+}
+
+VIPL_EXPORT VIP_RETURN VipxViNotifyHold(VIP_VI_HANDLE ViHandle, VIP_BOOLEAN Hold)
+{
+    struct vipl_vi *vi = ViHandle;
+    if (!vi || vi->magic != VIPL_VI_MAGIC)
+        return VIP_INVALID_PARAMETER;
+    pthread_mutex_lock(&vi->nic->lock);
+    struct vipl_notify *n = vi->recv_notify;
+    pthread_mutex_unlock(&vi->nic->lock);
+    if (!n)
+        return VIP_SUCCESS;
+    atomic_store(&n->held, Hold != VIP_FALSE);
+    if (!Hold) /* it may sleep past a completion it was held from */
+        prov_of(n)->wait_wake(vi, VIPL_RECVQ);
+    return VIP_SUCCESS;
+}
+
+VIPL_EXPORT VIP_BOOLEAN VipxViNotifyIdle(VIP_VI_HANDLE ViHandle)
+{
+    struct vipl_vi *vi = ViHandle;
+    if (!vi || vi->magic != VIPL_VI_MAGIC)
+        return VIP_TRUE;
+    pthread_mutex_lock(&vi->nic->lock);
+    struct vipl_notify *n = vi->recv_notify;
+    pthread_mutex_unlock(&vi->nic->lock);
+    return !n || !atomic_load(&n->in_flight);
 }

@@ -3,7 +3,8 @@
  * VipRecvNotify / VipSendNotify / VipCQNotify run their handler once, on a
  * provider thread (not the caller's), for the next completion, with the
  * descriptor already dequeued (for a CQ: the entry consumed); a second
- * notify on the same queue while one is pending answers VIP_INVALID_STATE.
+ * notify on the same queue while one is pending answers VIP_INVALID_STATE;
+ * VipxViNotifyHold holds a receive notify back and lets it go.
  */
 #include "harness.h"
 
@@ -188,6 +189,26 @@ int main(void)
     CHECK(S.desc == h_desc(&d, 2));
     CHECK_RANDOM(buf.ptr + 8192, 64, 3);
     CHECK_RET(VipRecvDone(vi, &x), VIP_NOT_DONE);
+
+    /* VipxViNotifyHold: once held and idle, the notify takes nothing (the
+     * completion stays queued, the handler does not run); let go, it fires. */
+    reset();
+    h_post_recv1(vi, &d, 6, buf.ptr + 24576, buf.mh, 4096);
+    CHECK_OK(VipRecvNotify(vi, &ctx_token, wq_handler));
+    CHECK_OK(VipxViNotifyHold(vi, VIP_TRUE));
+    double t0 = h_now_ms();
+    while (!VipxViNotifyIdle(vi) && h_now_ms() - t0 < 1000)
+        h_sleep_ms(1);
+    CHECK_MSG(VipxViNotifyIdle(vi), "a held notify with nothing to take stayed busy 1 s");
+    peer_send(&p, 'a', 6);
+    h_sleep_ms(200);
+    CHECK_EQ(calls(), 0);
+    CHECK(VipxViNotifyIdle(vi));
+    CHECK_OK(VipxViNotifyHold(vi, VIP_FALSE));
+    wait_call("VipRecvNotify after VipxViNotifyHold let it go");
+    CHECK(S.desc == h_desc(&d, 6));
+    CHECK_RANDOM(buf.ptr + 24576, 64, 6);
+    CHECK_RET(VipxViNotifyHold(NULL, VIP_TRUE), VIP_INVALID_PARAMETER);
 
     /* VipSendNotify: the send completes inside VipPostSend, the handler runs elsewhere. */
     reset();
